@@ -1,0 +1,137 @@
+"""Declaring gradient masks on layers: `set_mask`, `get_mask` and the backprop gate."""
+
+import functools
+import itertools
+
+import keras
+import tensorflow as tf
+
+from maskfit import specs
+
+__all__ = ["set_mask", "get_mask", "masked_layers", "mask_version"]
+
+_SPEC_ATTR = "_maskfit_grad_mask"
+_ORIGINAL_CALL_ATTR = "_maskfit_original_call"
+_GATE_ATTR = "_maskfit_gate_values"
+_versions = itertools.count(1)
+_current_version = [0]
+
+
+def mask_version():
+    """Returns a number that changes each time any mask is set or removed."""
+    return _current_version[0]
+
+
+def set_mask(layer, spec):
+    """Declares which of `layer`'s parameters may learn, and returns `layer`.
+
+    The spec is stored on the layer object, so it holds whether the layer sits
+    in a functional, Sequential or subclassed model, or inside a nested model.
+    `MaskedModel` (and `maskfit.apply_gradients`) read it when they build their
+    training step. A layer that is not built yet is checked again at build time.
+
+    Args:
+      layer: a `keras.layers.Layer`.
+      spec: a `maskfit.OutputMask` or `maskfit.ElementMask`, or None to remove
+        the layer's mask.
+
+    Returns:
+      `layer`, so that `y = set_mask(keras.layers.Dense(2), spec)(x)` chains.
+
+    Raises:
+      TypeError: if `layer` is not a Keras layer or `spec` is not a mask spec.
+      ValueError: if the spec does not fit the layer (see the spec classes).
+
+    Example:
+
+    >>> import keras, maskfit
+    >>> dense = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([1, 0]))
+    >>> maskfit.get_mask(dense)
+    OutputMask([1.0, 0.0], backprop=False)
+    >>> _ = maskfit.set_mask(dense, None)
+    >>> maskfit.get_mask(dense) is None
+    True
+    """
+    if not isinstance(layer, keras.layers.Layer):
+        raise TypeError(
+            "set_mask expects a keras.layers.Layer as its first argument."
+            f" Received: {layer!r} of type {type(layer).__name__}"
+        )
+    spec = specs.as_grad_mask_spec(spec, f"set_mask on layer '{layer.name}'")
+    if spec is not None:
+        spec.check_layer(layer)
+    object.__setattr__(layer, _SPEC_ATTR, spec)
+    if getattr(spec, "backprop", False):
+        _install_backprop_gate(layer)
+    _current_version[0] = next(_versions)
+    return layer
+
+
+def get_mask(layer):
+    """Returns the mask spec declared on `layer`, or None when it has none.
+
+    Example:
+
+    >>> import keras, maskfit
+    >>> maskfit.get_mask(keras.layers.Dense(2)) is None
+    True
+    """
+    return getattr(layer, _SPEC_ATTR, None)
+
+
+def masked_layers(model):
+    """Returns `[(layer, spec)]` for `model` and every layer nested in it."""
+    layers = [model] + list(model._flatten_layers(include_self=False))
+    return [(layer, get_mask(layer)) for layer in layers if get_mask(layer)]
+
+
+@tf.custom_gradient
+def _gate(outputs, values):
+    """Identity forward; the gradient is scaled by `values`, and 0 where 0."""
+
+    def grad(upstream):
+        values_ = tf.cast(values, upstream.dtype)
+        gated = tf.where(values_ > 0, upstream * values_, tf.zeros_like(upstream))
+        return gated, None
+
+    return tf.identity(outputs), grad
+
+
+def set_gate_values(layer, values):
+    """Makes `layer`'s backprop gate read `values` (e.g. a mask variable)."""
+    object.__setattr__(layer, _GATE_ATTR, values)
+
+
+def _gate_outputs(layer, outputs):
+    spec = get_mask(layer)
+    if not getattr(spec, "backprop", False):
+        return outputs
+    values = getattr(layer, _GATE_ATTR, None)
+    values = tf.convert_to_tensor(spec.values if values is None else values)
+
+    def gate_one(y):
+        if not isinstance(y, tf.Tensor) or y.shape.rank is None or y.shape.rank < 1:
+            return y
+        if y.shape[-1] is not None and y.shape[-1] != spec.units:
+            raise ValueError(
+                f"OutputMask(backprop=True) on layer '{layer.name}' has"
+                f" {spec.units} values, but the layer's output has last"
+                f" dimension {y.shape[-1]}. Pass one value per output unit."
+            )
+        return _gate(y, values)
+
+    return tf.nest.map_structure(gate_one, outputs)
+
+
+def _install_backprop_gate(layer):
+    """Wraps `layer.call` once so that its outputs pass through the gate."""
+    if getattr(layer, _ORIGINAL_CALL_ATTR, None) is not None:
+        return
+    original = layer.call
+
+    @functools.wraps(original)
+    def call(*args, **kwargs):
+        return _gate_outputs(layer, original(*args, **kwargs))
+
+    object.__setattr__(layer, _ORIGINAL_CALL_ATTR, original)
+    object.__setattr__(layer, "call", call)

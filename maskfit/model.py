@@ -1,0 +1,116 @@
+"""`MaskedModel`: a Keras model whose `fit` honours the gradient masks of its layers."""
+
+import keras
+import tensorflow as tf
+
+from maskfit import masker as masker_lib
+
+__all__ = ["MaskedModel"]
+
+
+@keras.saving.register_keras_serializable(package="maskfit")
+class MaskedModel(keras.Model):
+    """A `keras.Model` whose training step applies the masks set on its layers.
+
+    Use it like `keras.Model`: as `MaskedModel(inputs, outputs)` or as a base
+    class. Declare masks on layers with `maskfit.set_mask`; `compile()`,
+    `fit()`, `train_on_batch()`, `evaluate()` and `predict()` then work as usual,
+    and every entry whose mask is 0 stays bit-identical through training under
+    any Keras optimizer and setting (weight decay, momentum, EMA, clipping,
+    gradient accumulation, loss scaling). A model without masks trains exactly
+    like `keras.Model`.
+
+    The step follows Keras's own order: unpack the data, forward pass and
+    `compute_loss` under the tape, `optimizer.scale_loss`, gradients, then one
+    masking stage (`apply_grad_masks`, the override point for subclasses that
+    transform gradients), `optimizer.apply`, the loss metric and
+    `compute_metrics`. The masks are traced once, as state: changing a mask's
+    values with `set_mask` between two `fit` calls needs no `compile()` and no
+    retrace.
+
+    Example:
+
+    >>> import keras, maskfit, numpy as np
+    >>> inputs = keras.Input((1,))
+    >>> hidden = keras.layers.Dense(16, activation="relu")(inputs)
+    >>> head = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([1, 0]))
+    >>> model = maskfit.MaskedModel(inputs, head(hidden))
+    >>> model.compile(optimizer="adamw", loss="mse")
+    >>> before = head.kernel.numpy()[:, 1].copy()
+    >>> _ = model.fit(np.ones((8, 1)), np.ones((8, 2)), epochs=2, verbose=0)
+    >>> bool((head.kernel.numpy()[:, 1] == before).all())
+    True
+    """
+
+    def train_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(
+                x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
+            )
+            scaled_loss = self.optimizer.scale_loss(loss)
+        variables = self.trainable_variables
+        gradients = tape.gradient(scaled_loss, variables)
+        gradients = self.apply_grad_masks(gradients, variables)
+        self._masker_for(variables).apply(self.optimizer, gradients, variables)
+        self._track_loss(loss, x)
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def apply_grad_masks(self, gradients, variables):
+        """The masking stage: returns the gradients that `optimizer.apply` gets.
+
+        The default zeroes the gradient of every frozen entry (NaN and Inf
+        included) and scales those of partially masked ones. Override it to
+        transform gradients (add noise, clip per layer) and call
+        `super().apply_grad_masks(...)` to keep the masks; whatever a subclass
+        does here, entries whose mask is 0 are restored after the update.
+
+        Args:
+          gradients: one gradient (or None) per variable, as from the tape.
+          variables: `self.trainable_variables`, in the same order.
+
+        Returns:
+          The list of gradients to apply, aligned with `variables`.
+        """
+        return self._masker_for(variables).mask_gradients(gradients)
+
+    def make_train_function(self, force=False):
+        """Builds the step; retraces only when the masks' structure changed."""
+        with self.distribute_strategy.scope():
+            retrace = self._sync_masker()
+        return super().make_train_function(force=force or retrace)
+
+    def _sync_masker(self):
+        variables = self.trainable_variables
+        current = getattr(self, "_maskfit_masker", None)
+        if current is not None and [id(v) for v in current._variables] == [
+            id(v) for v in variables
+        ]:
+            return current.update(self)
+        object.__setattr__(
+            self, "_maskfit_masker", masker_lib.GradientMasker(self, variables)
+        )
+        return True
+
+    def _masker_for(self, variables):
+        current = getattr(self, "_maskfit_masker", None)
+        if current is None:
+            self._sync_masker()
+            current = self._maskfit_masker
+        if len(current._variables) != len(variables):
+            raise ValueError(
+                "The model's trainable variables changed after its training step"
+                f" was built ({len(current._variables)} then {len(variables)})."
+                " Call fit() or make_train_function() to rebuild it."
+            )
+        return current
+
+    def _track_loss(self, loss, x):
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if replicas > 1:
+            loss = loss * replicas
+        first = next(t for t in tf.nest.flatten(x) if t is not None)
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss, sample_weight=tf.shape(first)[0])

@@ -1,0 +1,250 @@
+"""Gradient-mask specs: what may learn in a layer, declared as plain data."""
+
+import abc
+import numbers
+
+import keras
+import numpy as np
+
+__all__ = ["GradMaskSpec", "OutputMask", "ElementMask", "as_grad_mask_spec"]
+
+
+def _check_values(values, what):
+    """Returns `values` as a float32 array, or raises if any is negative or not finite."""
+    try:
+        array = np.asarray(values, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f"{what} must be numbers (a list or array of 0/1 or values in between)."
+            f" Received: {values!r}"
+        ) from e
+    if not np.all(np.isfinite(array)):
+        bad = np.flatnonzero(~np.isfinite(array.ravel()))[:5].tolist()
+        raise ValueError(
+            f"{what} must be finite; entries at flat positions {bad} are not."
+            f" Received: {values!r}"
+        )
+    if np.any(array < 0):
+        bad = np.flatnonzero(array.ravel() < 0)[:5].tolist()
+        raise ValueError(
+            f"{what} must be >= 0 (1 learns, 0 is frozen, values in between scale"
+            f" the gradient); entries at flat positions {bad} are negative."
+            f" Received: {values!r}"
+        )
+    return array
+
+
+class GradMaskSpec(abc.ABC):
+    """Base class of gradient-mask specs; see `OutputMask` and `ElementMask`."""
+
+    @abc.abstractmethod
+    def resolve(self, layer):
+        """Maps each trainable variable of `layer` that the spec covers to its mask.
+
+        Args:
+            layer: a built Keras layer.
+
+        Returns:
+            A list of `(variable, mask, kind)` with `mask` a float32 array that
+            broadcasts against the variable, and `kind` `"output"` or `"element"`.
+
+        Raises:
+            ValueError: when the spec does not fit the layer's variables.
+        """
+
+    def check_layer(self, layer):
+        """Raises early when the spec cannot fit `layer`; built layers fully."""
+        trainable = [v for v in layer.trainable_weights]
+        if layer.built and not trainable:
+            raise ValueError(
+                f"Layer '{layer.name}' has no trainable variables, so a gradient mask"
+                f" on it would do nothing. Received: {self!r}. Put the mask on a"
+                " layer that has trainable weights, or make the layer trainable."
+            )
+        if layer.built:
+            self.resolve(layer)
+
+    @abc.abstractmethod
+    def get_config(self):
+        """Returns the spec's constructor arguments as plain Python data."""
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def __eq__(self, other):
+        return type(self) is type(other) and _configs_equal(
+            self.get_config(), other.get_config()
+        )
+
+    def __hash__(self):
+        return hash(type(self).__name__)
+
+
+def _configs_equal(a, b):
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_configs_equal(a[k], b[k]) for k in a)
+    return np.array_equal(np.asarray(a), np.asarray(b))
+
+
+@keras.saving.register_keras_serializable(package="maskfit")
+class OutputMask(GradMaskSpec):
+    """Lets only some output units of a layer learn.
+
+    One value per output unit (the last axis of the layer's output). The value
+    applies along the last axis of every trainable variable of the layer whose
+    last dimension equals the number of units: Dense and Conv kernels, biases,
+    normalization scales and offsets. 1 learns, 0 is frozen (the entry stays
+    bit-identical under any optimizer), a value in between scales that unit's
+    gradient. It costs O(units) memory, whatever the size of the variables.
+
+    Args:
+        values: one non-negative finite number per output unit.
+        backprop: if True, the gradient that arrives at the frozen units'
+            outputs is blocked as well (scaled for values in between), so no
+            upstream layer learns from those units either. The forward value is
+            unchanged.
+
+    Example:
+
+    >>> import keras, maskfit
+    >>> inputs = keras.Input((1,))
+    >>> hidden = keras.layers.Dense(16, activation="relu")(inputs)
+    >>> head = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([1, 0]))
+    >>> model = maskfit.MaskedModel(inputs, head(hidden))
+    >>> maskfit.get_mask(head).values.tolist()
+    [1.0, 0.0]
+    """
+
+    def __init__(self, values, backprop=False):
+        array = _check_values(values, "OutputMask values")
+        if array.ndim != 1 or array.size == 0:
+            raise ValueError(
+                "OutputMask values must be a non-empty 1-D list, one value per output"
+                f" unit. Received shape {array.shape}: {values!r}"
+            )
+        if not isinstance(backprop, (bool, np.bool_)):
+            raise TypeError(
+                f"OutputMask backprop must be True or False. Received: {backprop!r}"
+            )
+        self.values = array
+        self.backprop = bool(backprop)
+
+    @property
+    def units(self):
+        return int(self.values.shape[0])
+
+    def resolve(self, layer):
+        units = self.units
+        declared = getattr(layer, "units", None) or getattr(layer, "filters", None)
+        if isinstance(declared, numbers.Integral) and declared != units:
+            raise ValueError(
+                f"OutputMask on layer '{layer.name}' has {units} values but the layer"
+                f" has {declared} output units. Pass one value per unit."
+            )
+        matched = [
+            (v, self.values, "output")
+            for v in layer.trainable_weights
+            if len(v.shape) >= 1 and v.shape[-1] == units
+        ]
+        if not matched:
+            shapes = {v.path: tuple(v.shape) for v in layer.trainable_weights}
+            raise ValueError(
+                f"OutputMask with {units} values fits no trainable variable of layer"
+                f" '{layer.name}': it applies to variables whose last dimension is"
+                f" {units}, and the layer has {shapes}. Pass one value per output"
+                " unit, or use ElementMask for a full-shape mask."
+            )
+        return matched
+
+    def get_config(self):
+        return {"values": self.values.tolist(), "backprop": self.backprop}
+
+    def __repr__(self):
+        return f"OutputMask({self.values.tolist()}, backprop={self.backprop})"
+
+
+@keras.saving.register_keras_serializable(package="maskfit")
+class ElementMask(GradMaskSpec):
+    """Sets, entry by entry, which parts of named variables of a layer learn.
+
+    Args:
+        masks: a dict from a variable's name (`variable.name`, e.g. `"kernel"`,
+            or its full `variable.path`) to an array of the variable's shape (or
+            one that broadcasts to it). 1 learns, 0 is frozen, values in between
+            scale the gradient. Variables of the layer not named here learn freely.
+
+    Example:
+
+    >>> import keras, maskfit, numpy as np
+    >>> dense = keras.layers.Dense(3)
+    >>> dense.build((None, 2))
+    >>> keep = np.array([[1, 0, 1], [0, 1, 0]])
+    >>> _ = maskfit.set_mask(dense, maskfit.ElementMask({"kernel": keep}))
+    >>> maskfit.get_mask(dense).masks["kernel"].shape
+    (2, 3)
+    """
+
+    def __init__(self, masks):
+        if not isinstance(masks, dict) or not masks:
+            raise TypeError(
+                "ElementMask takes a non-empty dict {variable_name: array}, e.g."
+                f" ElementMask({{'kernel': np.ones((2, 3))}}). Received: {masks!r}"
+            )
+        checked = {}
+        for name, values in masks.items():
+            if not isinstance(name, str):
+                raise TypeError(
+                    "ElementMask keys must be variable names (str) such as 'kernel'."
+                    f" Received key {name!r}"
+                )
+            checked[name] = _check_values(values, f"ElementMask['{name}']")
+        self.masks = checked
+
+    def _find(self, layer, name):
+        for v in layer.trainable_weights:
+            if name in (v.name, v.path) or v.path.endswith("/" + name):
+                return v
+        names = [v.name for v in layer.trainable_weights]
+        raise ValueError(
+            f"ElementMask names variable '{name}', which layer '{layer.name}' does"
+            f" not have as a trainable variable. Its trainable variables are"
+            f" {names}."
+        )
+
+    def resolve(self, layer):
+        resolved = []
+        for name, mask in self.masks.items():
+            variable = self._find(layer, name)
+            shape = tuple(variable.shape)
+            try:
+                fits = np.broadcast_shapes(mask.shape, shape) == shape
+            except ValueError:
+                fits = False
+            if not fits:
+                raise ValueError(
+                    f"ElementMask['{name}'] for variable '{variable.path}' of layer"
+                    f" '{layer.name}' has shape {mask.shape}, but the variable has shape"
+                    f" {shape}. Pass an array of shape {shape} (or one that broadcasts"
+                    " to it)."
+                )
+            resolved.append((variable, mask, "element"))
+        return resolved
+
+    def get_config(self):
+        return {"masks": {k: v.tolist() for k, v in self.masks.items()}}
+
+    def __repr__(self):
+        shapes = {k: v.shape for k, v in self.masks.items()}
+        return f"ElementMask(shapes={shapes})"
+
+
+def as_grad_mask_spec(spec, where):
+    """Returns `spec` if it is a mask spec (or None), else raises a TypeError."""
+    if spec is None or isinstance(spec, GradMaskSpec):
+        return spec
+    raise TypeError(
+        f"{where} expects a mask spec: maskfit.OutputMask, maskfit.ElementMask"
+        f" (or None to remove the mask). Received: {spec!r} of type"
+        f" {type(spec).__name__}"
+    )
