@@ -2,19 +2,27 @@
 
 import functools
 import itertools
+import weakref
 
 import keras
 import tensorflow as tf
 
 from maskfit import specs
 
-__all__ = ["set_mask", "get_mask", "masked_layers", "mask_version"]
+__all__ = [
+    "set_mask",
+    "get_mask",
+    "masked_layers",
+    "all_masked_layers",
+    "mask_version",
+]
 
 _SPEC_ATTR = "_maskfit_grad_mask"
 _ORIGINAL_CALL_ATTR = "_maskfit_original_call"
 _GATE_ATTR = "_maskfit_gate_values"
 _versions = itertools.count(1)
 _current_version = [0]
+_masked = weakref.WeakSet()
 
 
 def mask_version():
@@ -61,6 +69,7 @@ def set_mask(layer, spec):
     if spec is not None:
         spec.check_layer(layer)
     object.__setattr__(layer, _SPEC_ATTR, spec)
+    _masked.add(layer)
     if getattr(spec, "backprop", False):
         _install_backprop_gate(layer)
     _current_version[0] = next(_versions)
@@ -83,6 +92,11 @@ def masked_layers(model):
     """Returns `[(layer, spec)]` for `model` and every layer nested in it."""
     layers = [model] + list(model._flatten_layers(include_self=False))
     return [(layer, get_mask(layer)) for layer in layers if get_mask(layer)]
+
+
+def all_masked_layers():
+    """Returns `[(layer, spec)]` for every live layer that carries a mask."""
+    return [(layer, get_mask(layer)) for layer in list(_masked) if get_mask(layer)]
 
 
 @tf.custom_gradient

@@ -9,11 +9,11 @@ from maskfit import declare
 __all__ = ["GradientMasker", "resolve_masks"]
 
 
-def resolve_masks(model, variables):
-    """Maps positions in `variables` to `(layer, kind, mask)` from `model`'s specs.
+def resolve_masks(layer_specs, variables):
+    """Maps positions in `variables` to `(layer, kind, mask)` from layers' specs.
 
     Args:
-      model: a Keras model (or layer) whose layers carry mask specs.
+      layer_specs: `[(layer, spec)]`, e.g. from `declare.masked_layers(model)`.
       variables: the list of trainable variables the step updates.
 
     Returns:
@@ -26,7 +26,7 @@ def resolve_masks(model, variables):
     """
     position = {id(v): i for i, v in enumerate(variables)}
     entries = {}
-    for layer, spec in declare.masked_layers(model):
+    for layer, spec in layer_specs:
         if not layer.trainable_weights:
             raise ValueError(
                 f"Layer '{layer.name}' carries {spec!r} but has no trainable"
@@ -100,15 +100,21 @@ class GradientMasker:
     for every optimizer that can move a zero-gradient entry (weight decay,
     momentum, Adam history, EMA, constraints...), restores each frozen entry
     from a snapshot taken just before, so it stays bit-identical.
+
+    Args:
+      variables: the trainable variables of the step, in its order.
+      layer_specs: a callable returning `[(layer, spec)]`, the masks to read,
+        e.g. `lambda: declare.masked_layers(model)`.
     """
 
-    def __init__(self, model, variables):
+    def __init__(self, variables, layer_specs):
+        self._layer_specs = layer_specs
         self._variables = list(variables)
         self._entries = {}
         self._masks = {}
         self._gates = {}
         self._version = None
-        self.update(model)
+        self.update()
 
     @property
     def masked_indices(self):
@@ -119,8 +125,8 @@ class GradientMasker:
         """Returns the current mask of variable `index` as a numpy array."""
         return self._masks[index].numpy()
 
-    def update(self, model):
-        """Reads the specs of `model` again; returns True if the step must retrace.
+    def update(self):
+        """Reads the specs again; returns True if the step must retrace.
 
         Values of existing masks are assigned in place. A variable that had a
         mask and lost it keeps an all-ones mask, so removal needs no retrace.
@@ -128,7 +134,8 @@ class GradientMasker:
         version = declare.mask_version()
         if version == self._version:
             return False
-        entries = resolve_masks(model, self._variables)
+        layer_specs = self._layer_specs()
+        entries = resolve_masks(layer_specs, self._variables)
         retrace = False
         for index, (layer, kind, mask) in entries.items():
             known = self._entries.get(index)
@@ -143,7 +150,7 @@ class GradientMasker:
                 ones = np.ones_like(mask)
                 self._masks[index].assign(tf.cast(ones, self._masks[index].dtype))
                 self._entries[index] = (layer, kind, ones)
-        retrace |= self._update_gates(model)
+        retrace |= self._update_gates(layer_specs)
         self._version = version
         return retrace
 
@@ -157,9 +164,9 @@ class GradientMasker:
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
 
-    def _update_gates(self, model):
+    def _update_gates(self, layer_specs):
         retrace = False
-        for layer, spec in declare.masked_layers(model):
+        for layer, spec in layer_specs:
             if not getattr(spec, "backprop", False):
                 continue
             gate = self._gates.get(id(layer))

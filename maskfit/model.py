@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from maskfit import declare
 from maskfit import masker as masker_lib
 
 __all__ = ["MaskedModel"]
@@ -87,10 +88,11 @@ class MaskedModel(keras.Model):
         if current is not None and [id(v) for v in current._variables] == [
             id(v) for v in variables
         ]:
-            return current.update(self)
-        object.__setattr__(
-            self, "_maskfit_masker", masker_lib.GradientMasker(self, variables)
+            return current.update()
+        masker = masker_lib.GradientMasker(
+            variables, lambda: declare.masked_layers(self)
         )
+        object.__setattr__(self, "_maskfit_masker", masker)
         return True
 
     def _masker_for(self, variables):
