@@ -15,7 +15,8 @@ def _shape_str(shape):
     if shape.rank is None:
       return "<unknown rank>"
     shape = shape.as_list()
-  return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+  trailing_comma = "," if len(shape) == 1 else ""
+  return "(" + ", ".join(map(str, shape)) + trailing_comma + ")"
 
 
 def reduction_axes(grad_shape, shape, name="input"):
@@ -78,7 +79,8 @@ def _reduce(grad, static_shape, dynamic_shape, dtype, name):
   if not (dtype.is_floating or dtype.is_complex):
     return grad  # TensorFlow drops gradients of integer inputs anyway.
   # Sum in the wider of the two float types: float16 sums overflow easily.
-  if grad.dtype.is_floating and dtype.is_floating and dtype.size > grad.dtype.size:
+  if (grad.dtype.is_floating and dtype.is_floating and
+      dtype.size > grad.dtype.size):
     grad = tf.cast(grad, dtype)
   static_shape = tf.TensorShape(static_shape)
   if grad.shape.rank is not None and static_shape.rank is not None:
@@ -225,7 +227,8 @@ def custom_gradient(f):
     flat_names = []
     for arg, name in zip(inputs, names):
       n = len(tf.nest.flatten(arg))
-      flat_names += [name] if n == 1 else [f"{name} (leaf {k})" for k in range(n)]
+      flat_names += ([name] if n == 1 else
+                     [f"{name} (leaf {k})" for k in range(n)])
     static_kwargs = bound.kwargs
 
     def fix(grads, values, labels):

@@ -33,7 +33,7 @@ def grad_of(fn, *args, target):
   """Returns d sum(fn(*args)) / d target; tensor arguments are watched."""
   with tf.GradientTape() as tape:
     for arg in args:
-      if tf.is_tensor(arg) and not isinstance(arg, (tf.Variable, keras.Variable)):
+      if not isinstance(arg, (tf.Variable, keras.Variable)):
         tape.watch(arg)
     loss = tf.reduce_sum(fn(*args))
   return tape.gradient(loss, target)
