@@ -1,7 +1,10 @@
 """maskfit: declare which Keras parameters learn, and keep the rest exactly frozen."""
 
+from maskfit import layers
 from maskfit.declare import get_mask
 from maskfit.declare import set_mask
+from maskfit.gradients import custom_gradient
+from maskfit.gradients import reduce_to_shape
 from maskfit.model import MaskedModel
 from maskfit.specs import ElementMask
 from maskfit.specs import OutputMask
@@ -9,8 +12,11 @@ from maskfit.specs import OutputMask
 __all__ = [
     "ElementMask",
     "MaskedModel",
+    "custom_gradient",
     "OutputMask",
+    "layers",
     "get_mask",
+    "reduce_to_shape",
     "set_mask",
 ]
 

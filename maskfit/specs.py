@@ -134,14 +134,21 @@ class OutputMask(GradMaskSpec):
     def units(self):
         return int(self.values.shape[0])
 
+    def check_layer(self, layer):
+        self._check_declared_units(layer)
+        super().check_layer(layer)
+
+    def _check_declared_units(self, layer):
+        declared = getattr(layer, "units", None) or getattr(layer, "filters", None)
+        if isinstance(declared, numbers.Integral) and declared != self.units:
+            raise ValueError(
+                f"OutputMask on layer '{layer.name}' has {self.units} values but the"
+                f" layer has {declared} output units. Pass one value per unit."
+            )
+
     def resolve(self, layer):
         units = self.units
-        declared = getattr(layer, "units", None) or getattr(layer, "filters", None)
-        if isinstance(declared, numbers.Integral) and declared != units:
-            raise ValueError(
-                f"OutputMask on layer '{layer.name}' has {units} values but the layer"
-                f" has {declared} output units. Pass one value per unit."
-            )
+        self._check_declared_units(layer)
         matched = [
             (v, self.values, "output")
             for v in layer.trainable_weights
