@@ -10,12 +10,12 @@ from maskfit.specs import ElementMask
 from maskfit.specs import OutputMask
 
 __all__ = [
-    "ElementMask",
-    "MaskedModel",
     "custom_gradient",
-    "OutputMask",
-    "layers",
+    "ElementMask",
     "get_mask",
+    "layers",
+    "MaskedModel",
+    "OutputMask",
     "reduce_to_shape",
     "set_mask",
 ]
