@@ -188,13 +188,23 @@ class GradientMasker:
                 gradients[index] = _mask_gradient(gradients[index], mask, kind)
         return gradients
 
-    def apply(self, optimizer, gradients, variables=None):
-        """Runs `optimizer.apply` and keeps every frozen entry bit-identical."""
+    def apply(self, optimizer, gradients, variables=None, masked=True):
+        """Runs `optimizer.apply` and keeps every frozen entry bit-identical.
+
+        Args:
+          optimizer: a Keras optimizer (a `LossScaleOptimizer` too).
+          gradients: one gradient (or None) per variable.
+          variables: the step's variables; by default those given at build.
+          masked: whether `gradients` are known to be exactly what
+            `mask_gradients` returned. When they may have been transformed
+            after masking, every masked variable is snapshotted and restored,
+            whatever the optimizer.
+        """
         variables = self._variables if variables is None else list(variables)
         guarded = [
             i
             for i in self._masks
-            if moves_zero_gradient_entries(optimizer, variables[i])
+            if not masked or moves_zero_gradient_entries(optimizer, variables[i])
         ]
         snapshots = [tf.identity(_variable_handle(variables[i])) for i in guarded]
         optimizer.apply(gradients, variables)

@@ -3,6 +3,9 @@
 import keras
 import tensorflow as tf
 
+# Keras exposes the functional model class only through keras.src.
+from keras.src.models.functional import Functional
+
 from maskfit import declare
 from maskfit import masker as masker_lib
 
@@ -43,6 +46,21 @@ class MaskedModel(keras.Model):
     True
     """
 
+    def __new__(cls, *args, **kwargs):
+        if _functional_arguments(args, kwargs):
+            cls = _functional_variant(cls)
+        return super().__new__(cls, *args, **kwargs)
+
+    def __init__(self, *args, **kwargs):
+        if isinstance(self, Functional) and _functional_arguments(args, kwargs):
+            # keras.Model.__init__ would rewrite the class's bases to put
+            # Functional in them, for good: after `MaskedModel(inputs, outputs)`
+            # a subclassed `MaskedModel` could no longer be made. The instance's
+            # class is already a functional variant (see `__new__`).
+            Functional.__init__(self, *args, **kwargs)
+        else:
+            super().__init__(*args, **kwargs)
+
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
@@ -54,7 +72,12 @@ class MaskedModel(keras.Model):
         variables = self.trainable_variables
         gradients = tape.gradient(scaled_loss, variables)
         gradients = self.apply_grad_masks(gradients, variables)
-        self._masker_for(variables).apply(self.optimizer, gradients, variables)
+        # A subclass's stage may change gradients after masking: then restore
+        # frozen entries whatever the optimizer.
+        masked = type(self).apply_grad_masks is MaskedModel.apply_grad_masks
+        self._masker_for(variables).apply(
+            self.optimizer, gradients, variables, masked=masked
+        )
         self._track_loss(loss, x)
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
@@ -116,3 +139,32 @@ class MaskedModel(keras.Model):
         for metric in self.metrics:
             if metric.name == "loss":
                 metric.update_state(loss, sample_weight=tf.shape(first)[0])
+
+
+def _functional_arguments(args, kwargs):
+    """Whether a model constructor call is the functional `(inputs, outputs)` form."""
+    return (
+        len(args) == 2
+        or (len(args) == 1 and "outputs" in kwargs)
+        or ("inputs" in kwargs and "outputs" in kwargs)
+    )
+
+
+_functional_variants = {}
+
+
+def _functional_variant(cls):
+    """Returns `cls` with Functional mixed in, made once per class, serializable."""
+    if issubclass(cls, Functional):
+        return cls
+    if cls not in _functional_variants:
+        variant = type(
+            cls.__name__,
+            (cls, Functional),
+            {"__module__": cls.__module__, "__qualname__": cls.__qualname__},
+        )
+        package, _, name = keras.saving.get_registered_name(cls).rpartition(">")
+        if package:
+            keras.saving.register_keras_serializable(package, name)(variant)
+        _functional_variants[cls] = variant
+    return _functional_variants[cls]

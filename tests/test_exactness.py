@@ -12,7 +12,9 @@ import maskfit
 # Every optimizer Keras ships, with a learning rate that moves a tiny model.
 OPTIMIZERS = {
     "SGD": lambda **kw: keras.optimizers.SGD(0.1, **kw),
-    "SGD_nesterov": lambda **kw: keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True, **kw),
+    "SGD_nesterov": lambda **kw: keras.optimizers.SGD(
+        0.1, momentum=0.9, nesterov=True, **kw
+    ),
     "Adam": lambda **kw: keras.optimizers.Adam(0.05, **kw),
     "AdamW": lambda **kw: keras.optimizers.AdamW(0.05, **kw),
     "Adamax": lambda **kw: keras.optimizers.Adamax(0.05, **kw),
@@ -20,7 +22,9 @@ OPTIMIZERS = {
     "RMSprop_momentum": lambda **kw: keras.optimizers.RMSprop(0.05, momentum=0.9, **kw),
     "Adagrad": lambda **kw: keras.optimizers.Adagrad(0.1, **kw),
     "Adadelta": lambda **kw: keras.optimizers.Adadelta(1.0, **kw),
-    "Ftrl": lambda **kw: keras.optimizers.Ftrl(0.1, l1_regularization_strength=0.01, **kw),
+    "Ftrl": lambda **kw: keras.optimizers.Ftrl(
+        0.1, l1_regularization_strength=0.01, **kw
+    ),
     "Lion": lambda **kw: keras.optimizers.Lion(0.01, **kw),
     "Lamb": lambda **kw: keras.optimizers.Lamb(0.05, **kw),
     "Adafactor": lambda **kw: keras.optimizers.Adafactor(0.05, **kw),
@@ -87,7 +91,9 @@ def train_and_check(optimizer, mode, constraint=None, model_cls=None):
     head_kernel0, head_bias0 = head.kernel.numpy(), head.bias.numpy()
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)  # history for all of hidden
     freeze = np.random.default_rng(1).random((4, 6)) < 0.5
-    maskfit.set_mask(hidden, maskfit.ElementMask({"kernel": (~freeze).astype("float32")}))
+    maskfit.set_mask(
+        hidden, maskfit.ElementMask({"kernel": (~freeze).astype("float32")})
+    )
     hidden_kernel1 = hidden.kernel.numpy()
     model.fit(x, y, batch_size=8, epochs=2, verbose=0)
 
@@ -149,7 +155,9 @@ def test_nan_and_inf_in_frozen_gradients_never_reach_the_weights(name, mode):
 def test_frozen_entries_do_not_inflate_the_global_norm():
     """With global clipping, only what may learn counts towards the norm."""
     inputs = keras.Input((2,))
-    head = maskfit.set_mask(keras.layers.Dense(2, name="head"), maskfit.OutputMask([1, 0]))
+    head = maskfit.set_mask(
+        keras.layers.Dense(2, name="head"), maskfit.OutputMask([1, 0])
+    )
     model = maskfit.MaskedModel(inputs, head(inputs))
     model.compile(optimizer=keras.optimizers.SGD(1.0, global_clipnorm=0.01), loss="mse")
     x = np.ones((4, 2), "float32")
@@ -163,8 +171,12 @@ def test_frozen_entries_do_not_inflate_the_global_norm():
     norm = np.sqrt(np.sum(g_kernel**2) + g_bias**2)
     scale = 0.01 / max(norm, 0.01)
     model.train_on_batch(x, y)
-    np.testing.assert_allclose(head.kernel.numpy()[:, 0], kernel0[:, 0] - g_kernel * scale, rtol=1e-5)
-    np.testing.assert_allclose(head.bias.numpy()[0], bias0[0] - g_bias * scale, rtol=1e-5)
+    np.testing.assert_allclose(
+        head.kernel.numpy()[:, 0], kernel0[:, 0] - g_kernel * scale, rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        head.bias.numpy()[0], bias0[0] - g_bias * scale, rtol=1e-5
+    )
     np.testing.assert_array_equal(head.kernel.numpy()[:, 1], kernel0[:, 1])
 
 
@@ -194,7 +206,12 @@ def test_backprop_gate_blocks_what_frozen_units_send_upstream(mode):
         y_ref = y.copy()
         y_ref[:, 1] = reference.predict(x, verbose=0)[:, 1]
         reference.train_on_batch(x, y_ref)
-    np.testing.assert_allclose(gated_hidden.kernel.numpy(), reference_hidden.kernel.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        gated_hidden.kernel.numpy(),
+        reference_hidden.kernel.numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     assert np.abs(open_hidden.kernel.numpy() - gated_hidden.kernel.numpy()).max() > 1e-4
     # The forward value is unchanged by the gate.
     with_gate = gated(x).numpy()

@@ -27,7 +27,9 @@ def test_set_mask_returns_layer_and_get_mask_reads_it_back():
 
 def test_set_mask_chains_in_functional_code():
     inputs = keras.Input((4,))
-    outputs = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([0, 1]))(inputs)
+    outputs = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([0, 1]))(
+        inputs
+    )
     model = keras.Model(inputs, outputs)
     np.testing.assert_array_equal(maskfit.get_mask(model.layers[-1]).values, [0, 1])
 
@@ -39,7 +41,9 @@ def test_masks_are_found_in_sequential_subclassed_and_nested_models():
     class Block(keras.layers.Layer):
         def __init__(self):
             super().__init__()
-            self.proj = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([0, 1]))
+            self.proj = maskfit.set_mask(
+                keras.layers.Dense(2), maskfit.OutputMask([0, 1])
+            )
 
         def call(self, x):
             return self.proj(x)
@@ -78,7 +82,11 @@ def test_output_mask_resolves_to_every_variable_with_that_last_dim():
         (lambda: maskfit.ElementMask([1, 0]), TypeError, ["dict", "[1, 0]"]),
         (lambda: maskfit.ElementMask({}), TypeError, ["non-empty dict"]),
         (lambda: maskfit.ElementMask({0: [1]}), TypeError, ["variable names", "0"]),
-        (lambda: maskfit.ElementMask({"kernel": [-2.0]}), ValueError, ["kernel", ">= 0"]),
+        (
+            lambda: maskfit.ElementMask({"kernel": [-2.0]}),
+            ValueError,
+            ["kernel", ">= 0"],
+        ),
     ],
 )
 def test_bad_specs_fail_at_construction(make, error, words):
@@ -90,7 +98,9 @@ def test_bad_specs_fail_at_construction(make, error, words):
 
 def test_output_mask_length_must_match_units_even_before_build():
     with pytest.raises(ValueError, match=r"'head'.*3 values.*2 output units"):
-        maskfit.set_mask(keras.layers.Dense(2, name="head"), maskfit.OutputMask([1, 0, 1]))
+        maskfit.set_mask(
+            keras.layers.Dense(2, name="head"), maskfit.OutputMask([1, 0, 1])
+        )
 
 
 def test_output_mask_that_fits_no_variable_names_layer_and_shapes():
@@ -99,12 +109,16 @@ def test_output_mask_that_fits_no_variable_names_layer_and_shapes():
     with pytest.raises(ValueError) as info:
         maskfit.set_mask(layer, maskfit.OutputMask([1, 0, 1]))
     message = str(info.value)
-    assert "embed" in message and "(10, 4)" in message and "last dimension is 3" in message
+    assert (
+        "embed" in message and "(10, 4)" in message and "last dimension is 3" in message
+    )
 
 
 def test_element_mask_unknown_variable_lists_the_layer_variables():
     with pytest.raises(ValueError) as info:
-        maskfit.set_mask(built_dense(2, name="d"), maskfit.ElementMask({"kernal": [[1]]}))
+        maskfit.set_mask(
+            built_dense(2, name="d"), maskfit.ElementMask({"kernal": [[1]]})
+        )
     message = str(info.value)
     assert "'kernal'" in message and "'d'" in message
     assert "['kernel', 'bias']" in message
@@ -112,7 +126,9 @@ def test_element_mask_unknown_variable_lists_the_layer_variables():
 
 def test_element_mask_wrong_shape_names_variable_and_both_shapes():
     with pytest.raises(ValueError) as info:
-        maskfit.set_mask(built_dense(2, name="d"), maskfit.ElementMask({"kernel": np.ones((2, 3))}))
+        maskfit.set_mask(
+            built_dense(2, name="d"), maskfit.ElementMask({"kernel": np.ones((2, 3))})
+        )
     message = str(info.value)
     assert "d/kernel" in message and "(2, 3)" in message and "(3, 2)" in message
 
@@ -174,9 +190,15 @@ def test_specs_round_trip_through_keras_serialization(spec):
 def test_output_masks_fit_dense_layers_of_their_length_only(input_dim, values, extra):
     layer = built_dense(len(values), input_dim)
     resolved = maskfit.OutputMask(values).resolve(layer)
-    assert [tuple(v.shape) for v, _, _ in resolved] == [(input_dim, len(values)), (len(values),)]
+    assert [tuple(v.shape) for v, _, _ in resolved] == [
+        (input_dim, len(values)),
+        (len(values),),
+    ]
     for variable, mask, _ in resolved:
-        np.testing.assert_array_equal(np.broadcast_to(mask, variable.shape)[..., :], np.broadcast_to(np.float32(values), variable.shape))
+        np.testing.assert_array_equal(
+            np.broadcast_to(mask, variable.shape)[..., :],
+            np.broadcast_to(np.float32(values), variable.shape),
+        )
     with pytest.raises(ValueError, match="output units"):
         maskfit.OutputMask(values + [1.0] * extra).resolve(layer)
 
