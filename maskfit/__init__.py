@@ -6,6 +6,7 @@ from maskfit.declare import set_mask
 from maskfit.gradients import custom_gradient
 from maskfit.gradients import reduce_to_shape
 from maskfit.model import MaskedModel
+from maskfit.schedules import PiecewiseMask
 from maskfit.specs import ElementMask
 from maskfit.specs import OutputMask
 
@@ -16,6 +17,7 @@ __all__ = [
     "layers",
     "MaskedModel",
     "OutputMask",
+    "PiecewiseMask",
     "reduce_to_shape",
     "set_mask",
 ]

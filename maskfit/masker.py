@@ -5,48 +5,10 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import declare
+from maskfit import plan
+from maskfit.plan import resolve_masks
 
-__all__ = ["GradientMasker", "resolve_masks"]
-
-
-def resolve_masks(layer_specs, variables):
-    """Maps positions in `variables` to `(layer, kind, mask)` from layers' specs.
-
-    Args:
-      layer_specs: `[(layer, spec)]`, e.g. from `declare.masked_layers(model)`.
-      variables: the list of trainable variables the step updates.
-
-    Returns:
-      A dict `{index: (layer, kind, mask)}`; `mask` is a float32 array of shape
-      `(units,)` for kind `"output"` and of the variable's shape for `"element"`.
-
-    Raises:
-      ValueError: when a spec does not fit its layer, a layer with a mask has
-        no trainable variables, or two specs cover the same variable.
-    """
-    position = {id(v): i for i, v in enumerate(variables)}
-    entries = {}
-    for layer, spec in layer_specs:
-        if not layer.trainable_weights:
-            raise ValueError(
-                f"Layer '{layer.name}' carries {spec!r} but has no trainable"
-                " variables, so the mask would do nothing. Remove it with"
-                f" set_mask(layer, None), or set layer.trainable = True."
-            )
-        for variable, mask, kind in spec.resolve(layer):
-            index = position.get(id(variable))
-            if index is None:
-                continue
-            if index in entries:
-                raise ValueError(
-                    f"Variable '{variable.path}' is covered by the mask of layer"
-                    f" '{entries[index][0].name}' and by that of layer"
-                    f" '{layer.name}'. Declare its mask on one layer only."
-                )
-            if kind == "element":
-                mask = np.broadcast_to(mask, tuple(variable.shape))
-            entries[index] = (layer, kind, np.asarray(mask, np.float32))
-    return entries
+__all__ = ["GradientMasker", "resolve_masks", "moves_zero_gradient_entries"]
 
 
 def moves_zero_gradient_entries(optimizer, variable):
@@ -87,105 +49,145 @@ def _variable_handle(variable):
     return variable.value if isinstance(variable, keras.Variable) else variable
 
 
+class _SlotState:
+    """The variables behind one `MaskSlot`: the mask in force, and its schedule."""
+
+    def __init__(self, slot, dtype):
+        name = f"grad_mask_{slot.layer.name}_{slot.kind}"
+        aggregation = tf.VariableAggregation.ONLY_FIRST_REPLICA
+        self.structure = slot.structure
+        self.dtype = dtype
+        self.current = tf.Variable(
+            tf.constant(slot.table[0], dtype),
+            trainable=False,
+            name=name,
+            aggregation=aggregation,
+        )
+        self.table = self.boundaries = None
+        if len(slot.table) > 1:
+            self.table = tf.Variable(
+                tf.constant(slot.table, dtype),
+                trainable=False,
+                name=name + "_table",
+                aggregation=aggregation,
+            )
+            self.boundaries = tf.Variable(
+                tf.constant(slot.boundaries, tf.int64),
+                trainable=False,
+                name=name + "_boundaries",
+                aggregation=aggregation,
+            )
+
+    def assign(self, slot, step):
+        self.current.assign(tf.constant(slot.values_at(step), self.dtype))
+        if self.table is not None:
+            self.table.assign(tf.constant(slot.table, self.dtype))
+            self.boundaries.assign(tf.constant(slot.boundaries, tf.int64))
+
+    def select(self, step):
+        """In the step: makes `current` the mask of the interval `step` is in."""
+        step = tf.reshape(tf.cast(step, tf.int64), [1])
+        interval = tf.searchsorted(self.boundaries, step, side="right")[0]
+        self.current.assign(tf.gather(self.table, interval))
+
+
 class GradientMasker:
-    """Holds one model's masks as state and applies them in its training step.
+    """Holds the masks of one training step as state and applies them.
 
     The masks live in non-trainable `tf.Variable`s made once, outside the
     compiled step, so the step reads them instead of baking them in: new mask
-    values (same structure) reach the next step without a retrace.
+    values (of the same structure) reach the next step without a retrace, and
+    a schedule switches inside the step at the exact optimizer step.
 
-    In the step, `mask_gradients` zeroes (or scales) the gradient entries of
-    masked units or entries with `tf.where`, so NaN or Inf there never spreads,
-    and clipping sees only what may learn. `apply` then runs the optimizer and,
-    for every optimizer that can move a zero-gradient entry (weight decay,
-    momentum, Adam history, EMA, constraints...), restores each frozen entry
-    from a snapshot taken just before, so it stays bit-identical.
+    In the step, `begin_step` selects each scheduled mask; `mask_gradients`
+    zeroes (or scales) the gradient entries of masked units or entries with
+    `tf.where`, so NaN or Inf there never spreads, and clipping sees only what
+    may learn. `apply` runs the optimizer and, for every optimizer that can
+    move a zero-gradient entry (weight decay, momentum, Adam history, EMA,
+    constraints...), restores each frozen entry from a snapshot taken just
+    before, so it stays bit-identical.
 
     Args:
       variables: the trainable variables of the step, in its order.
       layer_specs: a callable returning `[(layer, spec)]`, the masks to read,
         e.g. `lambda: declare.masked_layers(model)`.
+      step: a callable returning the optimizer step the masks start at.
     """
 
-    def __init__(self, variables, layer_specs):
-        self._layer_specs = layer_specs
+    def __init__(self, variables, layer_specs, step=lambda: 0):
         self._variables = list(variables)
-        self._entries = {}
-        self._masks = {}
-        self._gates = {}
+        self._layer_specs = layer_specs
+        self._step = step
+        self._slots = {}  # key -> MaskSlot
+        self._states = {}  # key -> _SlotState
+        self._by_index = {}  # variable position -> (kind, _SlotState)
         self._version = None
         self.update()
 
     @property
     def masked_indices(self):
         """Positions, in the step's variable list, of the variables with a mask."""
-        return sorted(self._masks)
+        return sorted(self._by_index)
+
+    @property
+    def scheduled(self):
+        """Whether any mask follows a schedule (then `begin_step` does work)."""
+        return any(state.table is not None for state in self._states.values())
 
     def mask_value(self, index):
-        """Returns the current mask of variable `index` as a numpy array."""
-        return self._masks[index].numpy()
+        """Returns the mask in force for variable `index` as a numpy array."""
+        return self._by_index[index][1].current.numpy()
 
-    def update(self):
+    def update(self, force=False):
         """Reads the specs again; returns True if the step must retrace.
 
-        Values of existing masks are assigned in place. A variable that had a
-        mask and lost it keeps an all-ones mask, so removal needs no retrace.
+        Values of existing masks are assigned in place. A slot whose spec was
+        removed keeps an all-ones mask, so removal needs no retrace either.
         """
         version = declare.mask_version()
-        if version == self._version:
+        if version == self._version and not force:
             return False
-        layer_specs = self._layer_specs()
-        entries = resolve_masks(layer_specs, self._variables)
+        slots = plan.plan_masks(self._layer_specs(), self._variables)
+        for key, slot in self._slots.items():
+            if key not in slots:
+                slots[key] = slot._replace(
+                    table=np.ones_like(slot.table)[:1].repeat(len(slot.table), 0)
+                )
+        step = int(self._step())
         retrace = False
-        for index, (layer, kind, mask) in entries.items():
-            known = self._entries.get(index)
-            if known is not None and known[1] == kind and known[2].shape == mask.shape:
-                self._masks[index].assign(tf.cast(mask, self._masks[index].dtype))
-            else:
-                self._masks[index] = self._new_variable(index, mask)
-                retrace = True
-            self._entries[index] = (layer, kind, mask)
-        for index, (layer, kind, mask) in list(self._entries.items()):
-            if index not in entries:
-                ones = np.ones_like(mask)
-                self._masks[index].assign(tf.cast(ones, self._masks[index].dtype))
-                self._entries[index] = (layer, kind, ones)
-        retrace |= self._update_gates(layer_specs)
+        for key, slot in slots.items():
+            state = self._states.get(key)
+            if state is not None and state.structure == slot.structure:
+                state.assign(slot, step)
+                continue
+            dtype = self._variables[slot.indices[0]].dtype
+            state = _SlotState(slot, dtype)
+            state.assign(slot, step)
+            self._states[key] = state
+            if slot.backprop:
+                declare.set_gate_values(slot.layer, state.current)
+            retrace = True
+        self._slots = slots
+        self._by_index = {
+            index: (slot.kind, self._states[key])
+            for key, slot in slots.items()
+            for index in slot.indices
+        }
         self._version = version
         return retrace
 
-    def _new_variable(self, index, mask):
-        variable = self._variables[index]
-        name = "grad_mask/" + variable.path.replace(":", "_")
-        return tf.Variable(
-            tf.constant(mask, dtype=variable.dtype),
-            trainable=False,
-            name=name.replace("/", "_"),
-            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-        )
-
-    def _update_gates(self, layer_specs):
-        retrace = False
-        for layer, spec in layer_specs:
-            if not getattr(spec, "backprop", False):
-                continue
-            gate = self._gates.get(id(layer))
-            if gate is not None and gate.shape == spec.values.shape:
-                gate.assign(spec.values)
-                continue
-            gate = tf.Variable(spec.values, trainable=False, name="grad_gate")
-            self._gates[id(layer)] = gate
-            declare.set_gate_values(layer, gate)
-            retrace = True
-        return retrace
+    def begin_step(self, step):
+        """Selects every scheduled mask for optimizer step `step` (traced once)."""
+        for state in self._states.values():
+            if state.table is not None:
+                state.select(step)
 
     def mask_gradients(self, gradients):
         """Returns `gradients` with every mask applied (traced once)."""
         gradients = list(gradients)
-        for index, mask in self._masks.items():
+        for index, (kind, state) in self._by_index.items():
             if gradients[index] is not None:
-                kind = self._entries[index][1]
-                gradients[index] = _mask_gradient(gradients[index], mask, kind)
+                gradients[index] = _mask_gradient(gradients[index], state.current, kind)
         return gradients
 
     def apply(self, optimizer, gradients, variables=None, masked=True):
@@ -203,7 +205,7 @@ class GradientMasker:
         variables = self._variables if variables is None else list(variables)
         guarded = [
             i
-            for i in self._masks
+            for i in self._by_index
             if not masked or moves_zero_gradient_entries(optimizer, variables[i])
         ]
         snapshots = [tf.identity(_variable_handle(variables[i])) for i in guarded]
@@ -213,7 +215,7 @@ class GradientMasker:
                 optimizer,
                 [variables[i] for i in guarded],
                 snapshots,
-                [self._masks[i] for i in guarded],
+                [self._by_index[i][1].current for i in guarded],
             )
 
     def _restore(self, optimizer, variables, snapshots, masks):

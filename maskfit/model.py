@@ -7,6 +7,7 @@ import tensorflow as tf
 from keras.src.models.functional import Functional
 
 from maskfit import declare
+from maskfit import mask_config
 from maskfit import masker as masker_lib
 
 __all__ = ["MaskedModel"]
@@ -63,6 +64,9 @@ class MaskedModel(keras.Model):
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        masker = self._masker_for(self.trainable_variables)
+        if masker.scheduled:
+            masker.begin_step(self.optimizer.iterations)
         with tf.GradientTape() as tape:
             y_pred = self(x, training=True)
             loss = self.compute_loss(
@@ -75,9 +79,7 @@ class MaskedModel(keras.Model):
         # A subclass's stage may change gradients after masking: then restore
         # frozen entries whatever the optimizer.
         masked = type(self).apply_grad_masks is MaskedModel.apply_grad_masks
-        self._masker_for(variables).apply(
-            self.optimizer, gradients, variables, masked=masked
-        )
+        masker.apply(self.optimizer, gradients, variables, masked=masked)
         self._track_loss(loss, x)
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
@@ -113,7 +115,7 @@ class MaskedModel(keras.Model):
         ]:
             return current.update()
         masker = masker_lib.GradientMasker(
-            variables, lambda: declare.masked_layers(self)
+            variables, lambda: declare.masked_layers(self), step=self._optimizer_step
         )
         object.__setattr__(self, "_maskfit_masker", masker)
         return True
@@ -130,6 +132,28 @@ class MaskedModel(keras.Model):
                 " Call fit() or make_train_function() to rebuild it."
             )
         return current
+
+    def _optimizer_step(self):
+        optimizer = getattr(self, "optimizer", None)
+        if optimizer is None or not optimizer.built:
+            return 0
+        return int(keras.ops.convert_to_numpy(optimizer.iterations))
+
+    def get_config(self):
+        config = super().get_config()
+        grad_masks = mask_config.masks_to_config(self)
+        if grad_masks:
+            config["grad_masks"] = grad_masks
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        grad_masks = config.pop("grad_masks", None)
+        model = super().from_config(config, custom_objects=custom_objects)
+        if grad_masks:
+            mask_config.masks_from_config(model, grad_masks)
+        return model
 
     def _track_loss(self, loss, x):
         replicas = tf.distribute.get_strategy().num_replicas_in_sync

@@ -64,6 +64,18 @@ class GradMaskSpec(abc.ABC):
         if layer.built:
             self.resolve(layer)
 
+    def schedule(self):
+        """Returns `(boundaries, specs)`: the specs in force between the steps.
+
+        A plain spec holds at every step: `((), (self,))`. Schedules override it.
+        """
+        return (), (self,)
+
+    @property
+    def backprop(self):
+        """Whether the spec also gates the gradient flowing upstream."""
+        return False
+
     @abc.abstractmethod
     def get_config(self):
         """Returns the spec's constructor arguments as plain Python data."""
@@ -128,7 +140,11 @@ class OutputMask(GradMaskSpec):
                 f"OutputMask backprop must be True or False. Received: {backprop!r}"
             )
         self.values = array
-        self.backprop = bool(backprop)
+        self._backprop = bool(backprop)
+
+    @property
+    def backprop(self):
+        return self._backprop
 
     @property
     def units(self):
@@ -251,7 +267,7 @@ def as_grad_mask_spec(spec, where):
     if spec is None or isinstance(spec, GradMaskSpec):
         return spec
     raise TypeError(
-        f"{where} expects a mask spec: maskfit.OutputMask, maskfit.ElementMask"
-        f" (or None to remove the mask). Received: {spec!r} of type"
+        f"{where} expects a mask spec: maskfit.OutputMask, maskfit.ElementMask,"
+        f" maskfit.PiecewiseMask (or None to remove the mask). Received: {spec!r} of type"
         f" {type(spec).__name__}"
     )
