@@ -1,0 +1,1 @@
+"""Benchmarks: absl entry points that time maskfit against a baseline."""

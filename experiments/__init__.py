@@ -1,0 +1,1 @@
+"""Experiments: absl entry points over library functions `run(config, workdir)`."""

@@ -1,0 +1,265 @@
+"""The seed's two-output experiment as a library: `Config` and `run(config, workdir)`.
+
+A model Input(1) -> Dense(16) -> relu -> Dense(2) -> linear, whose last Dense
+carries an `OutputMask` that freezes some outputs. Two modes:
+
+- `manual`: a constant gradient applied with `maskfit.apply_gradients` for
+  `steps` steps, in one compiled loop; only the last Dense gets a gradient.
+- `fit`: `MaskedModel.fit` towards `targets` for input 1, compiled as one
+  execution of `steps` steps.
+
+The prediction for input 1 is recorded after every step, inside the compiled
+code. Everything is written under `workdir`.
+"""
+
+import dataclasses
+import json
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
+
+import maskfit
+from maskfit.apply import apply_gradients
+
+__all__ = ["Config", "run", "optimizer_names"]
+
+MODES = ("manual", "fit")
+OUTPUTS = 2
+
+
+def optimizer_names():
+    """Lower-case names of the optimizers in `keras.optimizers`."""
+    return sorted(
+        name.lower()
+        for name, cls in vars(keras.optimizers).items()
+        if isinstance(cls, type)
+        and issubclass(cls, keras.optimizers.Optimizer)
+        and cls not in (keras.optimizers.Optimizer, keras.optimizers.LossScaleOptimizer)
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Settings of one run; `validate` says what is wrong with them."""
+
+    mode: str = "manual"
+    steps: int = 100
+    optimizer: str = "nadam"
+    learning_rate: float = 0.005
+    constant_gradient: float = -0.3
+    targets: tuple = (4.0, 6.0)
+    masked_outputs: tuple = (1,)
+    backprop: bool = False
+    seed: int = 0
+    jit_compile: bool = False
+
+    def validate(self):
+        """Raises ValueError naming the first invalid setting."""
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}. Received: {self.mode!r}")
+        if not isinstance(self.steps, int) or self.steps <= 0:
+            raise ValueError(
+                f"steps must be a positive integer. Received: {self.steps}"
+            )
+        if not self.learning_rate > 0:
+            raise ValueError(
+                f"learning_rate must be positive. Received: {self.learning_rate}"
+            )
+        if self.optimizer.lower() not in optimizer_names():
+            raise ValueError(
+                f"Unknown optimizer {self.optimizer!r}; known ones are"
+                f" {optimizer_names()}."
+            )
+        if len(self.targets) != OUTPUTS:
+            raise ValueError(
+                f"targets must have {OUTPUTS} values, one per output. Received:"
+                f" {list(self.targets)}"
+            )
+        outputs = list(self.masked_outputs)
+        if len(set(outputs)) != len(outputs) or not set(outputs) <= set(range(OUTPUTS)):
+            raise ValueError(
+                f"masked_outputs must be distinct output indices in"
+                f" {list(range(OUTPUTS))}. Received: {outputs}"
+            )
+
+
+def _make_model(config):
+    keras.utils.set_random_seed(config.seed)
+    values = [0 if k in config.masked_outputs else 1 for k in range(OUTPUTS)]
+    head = keras.layers.Dense(OUTPUTS, name="head")
+    maskfit.set_mask(head, maskfit.OutputMask(values, backprop=config.backprop))
+    inputs = keras.Input((1,))
+    x = keras.layers.Dense(16, name="hidden")(inputs)
+    x = keras.layers.Activation("relu")(x)
+    outputs = keras.layers.Activation("linear")(head(x))
+    return maskfit.MaskedModel(inputs, outputs), head
+
+
+def _make_optimizer(config):
+    by_name = {name.lower(): name for name in vars(keras.optimizers)}
+    cls = getattr(keras.optimizers, by_name[config.optimizer.lower()])
+    return cls(learning_rate=config.learning_rate)
+
+
+def _timed_chunks(run_steps, steps):
+    """Runs 1 step (paying tracing and compilation), then the rest; times both."""
+    start = time.perf_counter()
+    run_steps(0, 1)
+    first = time.perf_counter()
+    if steps > 1:
+        run_steps(1, steps - 1)
+    return {
+        "first_step_seconds": first - start,
+        "other_steps_seconds": time.perf_counter() - first,
+    }
+
+
+def _train_manual(model, head, optimizer, config):
+    """Applies the constant gradient `steps` times; returns predictions per step."""
+    optimizer.build(model.trainable_variables)
+    grads = {
+        v.path: tf.fill(v.shape, tf.constant(config.constant_gradient, v.dtype))
+        for v in head.trainable_variables
+    }
+    x = tf.ones((1, 1))
+    trace = tf.Variable(tf.zeros((config.steps, OUTPUTS)), trainable=False)
+
+    @tf.function(jit_compile=config.jit_compile)
+    def loop(offset, count):
+        for step in tf.range(offset, offset + count):
+            apply_gradients(optimizer, grads)
+            trace.scatter_nd_update([[step]], model(x)[:1])
+
+    times = _timed_chunks(
+        lambda i, n: loop(tf.constant(i), tf.constant(n)), config.steps
+    )
+    return trace.numpy(), times
+
+
+class _PredictionTrace(keras.metrics.Metric):
+    """Records `y_pred[0]` at every step, inside the compiled training loop.
+
+    It keeps its record across `fit` calls (`reset_state` does nothing), so one
+    trace covers a run split into several calls.
+    """
+
+    def __init__(self, steps, name="prediction_trace"):
+        super().__init__(name=name)
+        self.trace = self.add_variable((steps, OUTPUTS), "zeros", name="trace")
+        self.count = self.add_variable((), "zeros", dtype="int32", name="count")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        row = tf.cast(y_pred[:1], self.trace.dtype)
+        index = tf.reshape(self.count, (1, 1))
+        trace = tf.convert_to_tensor(self.trace)
+        self.trace.assign(tf.tensor_scatter_nd_update(trace, index, row))
+        self.count.assign_add(1)
+
+    def reset_state(self):
+        pass
+
+    def result(self):
+        return self.count
+
+
+def _train_fit(model, head, optimizer, config):
+    """Runs `MaskedModel.fit`, compiled; returns predictions after each step."""
+    recorder = _PredictionTrace(config.steps)
+    model.compile(
+        optimizer=optimizer,
+        loss="mse",
+        metrics=[recorder],
+        steps_per_execution=config.steps,
+        jit_compile=config.jit_compile,
+    )
+    x = np.ones((config.steps, 1), np.float32)
+    y = np.tile(np.asarray(config.targets, np.float32), (config.steps, 1))
+
+    def run_steps(offset, count):
+        end = offset + count
+        model.fit(x[offset:end], y[offset:end], batch_size=1, shuffle=False, verbose=0)
+
+    times = _timed_chunks(run_steps, config.steps)
+    # The trace holds the prediction before each step; shift it to "after".
+    final = model(np.ones((1, 1), np.float32)).numpy()
+    return np.concatenate([recorder.trace.numpy()[1:], final], axis=0), times
+
+
+def _masked_entries(head, config):
+    kernel = head.kernel.numpy()[:, list(config.masked_outputs)]
+    bias = head.bias.numpy()[list(config.masked_outputs)]
+    return np.concatenate([kernel.ravel(), bias.ravel()])
+
+
+def _write_events(workdir, trajectory):
+    """Writes TensorBoard scalars without needing the tensorboard package.
+
+    `tf.summary.scalar` lives in tensorboard, which tensorflow 2.21 does not
+    install; `tf.summary.write` with the scalars plugin's metadata writes the
+    same events.
+    """
+    metadata = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+        data_class=summary_pb2.DATA_CLASS_SCALAR,
+    ).SerializeToString()
+    writer = tf.summary.create_file_writer(os.path.join(workdir, "tensorboard"))
+    with writer.as_default():
+        for step, row in enumerate(trajectory, start=1):
+            for k, value in enumerate(row):
+                tag = f"prediction/output_{k}"
+                tf.summary.write(tag, float(value), step=step, metadata=metadata)
+    writer.close()
+
+
+def run(config, workdir):
+    """Runs the experiment; writes config, metrics and events under `workdir`.
+
+    Args:
+      config: a `Config`.
+      workdir: the folder to write into (created if missing).
+
+    Returns:
+      The metrics dict also written to `metrics.json`.
+
+    Example:
+
+    >>> import tempfile
+    >>> metrics = run(Config(steps=3), tempfile.mkdtemp())
+    >>> metrics["masked_max_abs_change"]
+    0.0
+    """
+    config.validate()
+    start = time.perf_counter()
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        json.dump(dataclasses.asdict(config), f, indent=2)
+
+    model, head = _make_model(config)
+    optimizer = _make_optimizer(config)
+    x = np.ones((1, 1), np.float32)
+    initial = model(x).numpy()[0]
+    masked_before = _masked_entries(head, config)
+    train = _train_manual if config.mode == "manual" else _train_fit
+    trajectory, times = train(model, head, optimizer, config)
+    final = model(x).numpy()[0]
+    change = np.abs(_masked_entries(head, config) - masked_before)
+
+    metrics = {
+        "mode": config.mode,
+        "initial_prediction": initial.tolist(),
+        "final_prediction": final.tolist(),
+        "prediction_change": (final - initial).tolist(),
+        "trajectory": trajectory.tolist(),
+        "masked_max_abs_change": float(change.max()) if change.size else 0.0,
+        "train_seconds": sum(times.values()),
+        **times,
+        "wall_seconds": time.perf_counter() - start,
+    }
+    with open(os.path.join(workdir, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2)
+    _write_events(workdir, trajectory)
+    return metrics

@@ -1,0 +1,144 @@
+"""`summary`: how many of a model's parameters can still learn once masks apply."""
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+
+from maskfit import declare
+from maskfit import masker as masker_lib
+
+__all__ = ["summary", "Summary", "SummaryRow"]
+
+
+class SummaryRow(NamedTuple):
+    """One trainable variable: its size, and how much of it can learn."""
+
+    path: str
+    shape: tuple
+    params: int
+    learnable: int
+    mask_kind: str  # "none", "output" or "element"
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """The rows of `maskfit.summary` and their totals.
+
+    Attributes:
+      rows: one `SummaryRow` per trainable variable, in the model's order.
+      trainable_params: parameters in trainable variables.
+      learnable_params: those whose mask value is > 0 (no mask: all), the
+        effective trainable parameter count.
+      non_trainable_params: parameters in non-trainable variables.
+    """
+
+    rows: tuple
+    trainable_params: int
+    learnable_params: int
+    non_trainable_params: int
+
+    @property
+    def frozen_params(self):
+        """Trainable parameters whose mask is 0: they never change in training."""
+        return self.trainable_params - self.learnable_params
+
+    @property
+    def total_params(self):
+        return self.trainable_params + self.non_trainable_params
+
+
+def _learnable(shape, kind, mask):
+    if kind == "output":
+        return int(np.count_nonzero(mask > 0)) * int(np.prod(shape[:-1], dtype=int))
+    return int(np.count_nonzero(mask > 0))
+
+
+def summary(model, print_fn=print):
+    """Prints, and returns, what each trainable variable of `model` can learn.
+
+    For every trainable variable: its path, shape and parameter count, how
+    many of its entries can still learn after the masks declared with
+    `maskfit.set_mask` (an entry learns when its mask value is > 0), and the
+    kind of mask on it (`none`, `output` or `element`). The totals give the
+    effective number of trainable parameters.
+
+    Args:
+      model: a built Keras model (or layer).
+      print_fn: called with each line of the table; `None` prints nothing.
+
+    Returns:
+      A `Summary` with `.rows` and the totals.
+
+    Raises:
+      ValueError: if the model is not built, or a mask does not fit its layer.
+
+    Example:
+
+    >>> import keras, maskfit
+    >>> from maskfit.summary import summary
+    >>> inputs = keras.Input((3,))
+    >>> head = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([1, 0]))
+    >>> model = keras.Model(inputs, head(inputs))
+    >>> result = summary(model, print_fn=None)
+    >>> result.trainable_params, result.learnable_params
+    (8, 4)
+    """
+    if not model.built:
+        raise ValueError(
+            f"maskfit.summary needs a built model, and '{model.name}' is not built."
+            " Call it on data or call model.build(input_shape) first."
+        )
+    variables = list(model.trainable_variables)
+    entries = masker_lib.resolve_masks(declare.masked_layers(model), variables)
+    rows = []
+    for index, variable in enumerate(variables):
+        shape = tuple(variable.shape)
+        params = int(np.prod(shape, dtype=int))
+        if index in entries:
+            _, kind, mask = entries[index]
+            learnable = _learnable(shape, kind, mask)
+        else:
+            kind, learnable = "none", params
+        rows.append(SummaryRow(variable.path, shape, params, learnable, kind))
+    result = Summary(
+        rows=tuple(rows),
+        trainable_params=sum(r.params for r in rows),
+        learnable_params=sum(r.learnable for r in rows),
+        non_trainable_params=sum(
+            int(np.prod(v.shape, dtype=int)) for v in model.non_trainable_variables
+        ),
+    )
+    if print_fn is not None:
+        for line in _table(model.name, result):
+            print_fn(line)
+    return result
+
+
+def _table(name, result):
+    header = ("Variable (path)", "Shape", "Params", "Learnable", "Mask")
+    cells = [header] + [
+        (r.path, str(r.shape), f"{r.params:,}", f"{r.learnable:,}", r.mask_kind)
+        for r in result.rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+
+    def line(row):
+        left = [c.ljust(w) for c, w in zip(row[:2], widths[:2])]
+        right = [c.rjust(w) for c, w in zip(row[2:4], widths[2:4])]
+        return "  ".join(left + right + [row[4].ljust(widths[4])]).rstrip()
+
+    rule = "-" * len(line(header))
+    yield f'Masked summary: "{name}"'
+    yield rule.replace("-", "=")
+    yield line(header)
+    yield rule
+    for row in cells[1:]:
+        yield line(row)
+    yield rule.replace("-", "=")
+    yield f" Trainable params: {result.trainable_params:,}"
+    yield (
+        f" Learnable params (after masks): {result.learnable_params:,}"
+        f" ({result.frozen_params:,} frozen)"
+    )
+    yield f" Non-trainable params: {result.non_trainable_params:,}"

@@ -1,0 +1,110 @@
+"""Tests of experiments.masked_outputs: tiny runs end to end, and bad flags."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments.masked_outputs_lib import Config
+from experiments.masked_outputs_lib import run
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _check_files(workdir, config):
+    with open(os.path.join(workdir, "config.json")) as f:
+        assert json.load(f)["mode"] == config.mode
+    with open(os.path.join(workdir, "metrics.json")) as f:
+        metrics = json.load(f)
+    events = os.listdir(os.path.join(workdir, "tensorboard"))
+    assert any(name.startswith("events.out.tfevents") for name in events)
+    assert len(metrics["trajectory"]) == config.steps
+    assert metrics["trajectory"][-1] == pytest.approx(metrics["final_prediction"])
+    return metrics
+
+
+def test_manual_moves_output_0_only(tmp_path):
+    config = Config(mode="manual", steps=5)
+    metrics = run(config, str(tmp_path))
+    assert _check_files(str(tmp_path), config) == metrics
+    assert metrics["masked_max_abs_change"] == 0.0
+    initial, final = metrics["initial_prediction"], metrics["final_prediction"]
+    # The gradient is negative, so output 0's parameters (and prediction) rise;
+    # the hidden layer gets no gradient, so output 1's prediction is exact.
+    assert final[0] > initial[0]
+    assert final[1] == initial[1]
+    assert [row[1] for row in metrics["trajectory"]] == [initial[1]] * 5
+
+
+@pytest.mark.parametrize("backprop", [False, True])
+def test_fit_moves_output_0_towards_its_target(tmp_path, backprop):
+    config = Config(mode="fit", steps=20, learning_rate=0.05, backprop=backprop)
+    metrics = run(config, str(tmp_path))
+    _check_files(str(tmp_path), config)
+    assert metrics["masked_max_abs_change"] == 0.0
+    initial, final = metrics["initial_prediction"], metrics["final_prediction"]
+    target = config.targets[0]
+    assert abs(final[0] - target) < abs(initial[0] - target)
+    # Output 1's own parameters are frozen, but the hidden layer learns (from
+    # output 0, and without backprop also from output 1), so its prediction
+    # moves in both cases.
+    assert final[1] != initial[1]
+
+
+def test_backprop_keeps_output_1_loss_out_of_the_hidden_layer(tmp_path):
+    config = Config(mode="fit", steps=20, learning_rate=0.05)
+    leaky = run(config, str(tmp_path / "leaky"))
+    gated = run(dataclasses.replace(config, backprop=True), str(tmp_path / "gated"))
+    assert leaky["final_prediction"][1] != gated["final_prediction"][1]
+    # Without the gate, output 1's loss pulls its prediction to its target.
+    target = config.targets[1]
+    assert abs(leaky["final_prediction"][1] - target) < abs(
+        gated["final_prediction"][1] - target
+    )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"steps": 0},
+        {"learning_rate": -1.0},
+        {"optimizer": "adamm"},
+        {"mode": "eager"},
+        {"targets": (1.0,)},
+        {"masked_outputs": (2,)},
+    ],
+)
+def test_invalid_config_is_rejected_before_writing(tmp_path, change):
+    workdir = tmp_path / "run"
+    with pytest.raises(ValueError):
+        run(Config(**change), str(workdir))
+    assert not workdir.exists()
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--steps=0", "steps must be a positive integer"),
+        ("--optimizer=adamm", "known ones are"),
+        ("--targets=1", "targets must have 2 values"),
+    ],
+)
+def test_bad_flag_is_a_usage_error(tmp_path, flag, message):
+    workdir = tmp_path / "run"
+    command = [sys.executable, "-m", "experiments.masked_outputs", flag]
+    env = {**os.environ, "PYTHONPATH": _ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run(
+        command + [f"--workdir={workdir}"],
+        cwd=_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert message in result.stderr + result.stdout
+    assert not workdir.exists()
