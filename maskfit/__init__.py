@@ -1,6 +1,7 @@
 """maskfit: declare which Keras parameters learn, and keep the rest exactly frozen."""
 
 from maskfit import layers
+from maskfit.apply import apply_gradients
 from maskfit.declare import get_mask
 from maskfit.declare import set_mask
 from maskfit.gradients import custom_gradient
@@ -9,8 +10,12 @@ from maskfit.model import MaskedModel
 from maskfit.schedules import PiecewiseMask
 from maskfit.specs import ElementMask
 from maskfit.specs import OutputMask
+from maskfit.summary import Summary
+from maskfit.summary import SummaryRow
+from maskfit.summary import summary
 
 __all__ = [
+    "apply_gradients",
     "custom_gradient",
     "ElementMask",
     "get_mask",
@@ -20,6 +25,9 @@ __all__ = [
     "PiecewiseMask",
     "reduce_to_shape",
     "set_mask",
+    "summary",
+    "Summary",
+    "SummaryRow",
 ]
 
 __version__ = "0.1.0"

@@ -322,6 +322,8 @@ class _Plan:
         """Masks `grads` and applies them; left-out variables do not move."""
         with tf.init_scope():
             self.masker.update()
+        if self.masker.scheduled:
+            self.masker.begin_step(optimizer.iterations)
         grads = self.masker.mask_gradients(grads)
         idle = [v for v, g in zip(self.variables, grads) if g is None]
         idle += self.untouched
