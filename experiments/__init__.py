@@ -1,0 +1,1 @@
+"""Runnable experiments for maskfit; not part of the installed package."""
