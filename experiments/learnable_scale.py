@@ -104,7 +104,11 @@ class Config:
                 f"{', '.join(sorted(OPTIMIZERS))}. "
                 f"Received: optimizer={self.optimizer!r}"
             )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+        if (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or self.seed < 0
+        ):
             raise ValueError(
                 "Received an invalid value for `seed`, expected a non-negative "
                 f"integer. Received: seed={self.seed!r}"
@@ -178,9 +182,7 @@ def run(config, workdir):
         shape=(1,), initializer=keras.initializers.Constant(config.initial_scale)
     )
     model = maskfit.MaskedModel(inputs, layer(inputs))
-    optimizer = OPTIMIZERS[config.optimizer.lower()](
-        learning_rate=config.learning_rate
-    )
+    optimizer = OPTIMIZERS[config.optimizer.lower()](learning_rate=config.learning_rate)
     model.compile(
         optimizer=optimizer,
         loss="mse",
@@ -243,9 +245,7 @@ flags.DEFINE_integer(
     _DEFAULTS.steps_per_execution,
     "Steps per compiled call; 1 is fit's default. Same updates either way.",
 )
-flags.DEFINE_bool(
-    "jit_compile", _DEFAULTS.jit_compile, "Compile the step with XLA."
-)
+flags.DEFINE_bool("jit_compile", _DEFAULTS.jit_compile, "Compile the step with XLA.")
 flags.DEFINE_string("workdir", None, "Directory for the run's outputs.")
 flags.mark_flag_as_required("workdir")
 
