@@ -1,0 +1,147 @@
+"""Tests for experiments/learnable_scale.py: a tiny run, the default, the CLI."""
+
+import dataclasses
+import glob
+import json
+import logging
+import os
+import subprocess
+import sys
+
+from absl.testing import flagsaver
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from experiments import learnable_scale
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# 8 steps an epoch, run 3 at a time: the last call of each epoch is short.
+TINY = learnable_scale.Config(
+    samples=256, batch_size=32, epochs=3, learning_rate=0.01, steps_per_execution=3
+)
+
+
+def read_scalars(workdir):
+    """Returns {tag: [(step, value), ...]} from the run's event files."""
+    scalars = {}
+    for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append(
+                    (event.step, float(tf.make_ndarray(value.tensor)))
+                )
+    return scalars
+
+
+def test_tiny_run_writes_config_metrics_and_events(tmp_path):
+    workdir = str(tmp_path / "run")
+    metrics = learnable_scale.run(TINY, workdir)
+
+    with open(os.path.join(workdir, "config.json")) as f:
+        assert json.load(f) == dataclasses.asdict(TINY)
+    with open(os.path.join(workdir, "metrics.json")) as f:
+        written = json.load(f)
+    assert written == metrics
+    assert set(metrics) >= {"scale", "loss", "losses", "scales", "wall_seconds"}
+    assert len(metrics["losses"]) == len(metrics["scales"]) == TINY.epochs
+    assert metrics["steps"] == TINY.epochs * TINY.samples // TINY.batch_size
+    # Moves from 2.0 towards 2.5 without passing it, and the loss falls.
+    assert 2.0 < metrics["scales"][0] < metrics["scale"] < 2.5
+    assert metrics["losses"] == sorted(metrics["losses"], reverse=True)
+
+    scalars = read_scalars(workdir)
+    epochs = list(range(1, TINY.epochs + 1))
+    for tag, values in (("loss", metrics["losses"]), ("scale", metrics["scales"])):
+        assert [step for step, _ in scalars[tag]] == epochs
+        assert [value for _, value in scalars[tag]] == pytest.approx(values)
+
+
+def test_default_config_learns_2_5(tmp_path):
+    metrics = learnable_scale.run(learnable_scale.Config(), str(tmp_path))
+    np.testing.assert_allclose(metrics["scale"], 2.5, atol=1e-3)
+    assert metrics["steps"] == 10 * 100_000 // 32  # The seed's 31250 steps.
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("samples", 0, "positive integer"),
+        ("batch_size", -1, "positive integer"),
+        ("epochs", 1.5, "positive integer"),
+        ("steps_per_execution", True, "positive integer"),
+        ("learning_rate", 0.0, "positive number"),
+        ("learning_rate", float("nan"), "positive number"),
+        ("x_value", float("inf"), "finite number"),
+        ("optimizer", "nope", "expected one of .*sgd"),
+        ("seed", -1, "non-negative integer"),
+    ],
+)
+def test_config_rejects_invalid_values(field, value, message):
+    with pytest.raises(ValueError, match=f"{message}.*Received: {field}="):
+        learnable_scale.Config(**{field: value})
+
+
+def test_config_accepts_any_case_of_optimizer_names():
+    assert {"sgd", "adam", "adamw", "rmsprop"} <= set(learnable_scale.OPTIMIZERS)
+    learnable_scale.Config(optimizer="SGD")
+
+
+def run_cli(*args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.learnable_scale", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--learning_rate=0", "Received: learning_rate=0.0"),
+        ("--optimizer=nope", "adagrad, adam, adamax, adamw, "),
+    ],
+)
+def test_cli_rejects_bad_flags_before_writing(tmp_path, flag, message):
+    workdir = tmp_path / "run"
+    result = run_cli(flag, f"--workdir={workdir}")
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert not workdir.exists()
+
+
+def test_main_turns_flags_into_config_and_logs_each_epoch(tmp_path, caplog):
+    # In-process: the subprocess tests above already cover app.run(main).
+    workdir = tmp_path / "run"
+    argv = [
+        "learnable_scale",
+        "--samples=64",
+        "--epochs=2",
+        "--optimizer=adam",
+        "--nojit_compile",
+        f"--workdir={workdir}",
+    ]
+    caplog.set_level(logging.INFO)
+    with flagsaver.flagsaver():
+        learnable_scale.FLAGS(argv)
+        learnable_scale.main(argv[:1])
+    assert "epoch 2 loss" in caplog.text
+    with open(workdir / "config.json") as f:
+        config = json.load(f)
+    assert config == dataclasses.asdict(
+        dataclasses.replace(
+            learnable_scale.Config(),
+            samples=64,
+            epochs=2,
+            optimizer="adam",
+            jit_compile=False,
+        )
+    )
+    assert (workdir / "metrics.json").exists()
