@@ -1,0 +1,89 @@
+"""Interrupted runs resume exactly with keras.callbacks.BackupAndRestore."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "resume_run.py")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def start(phase, workdir):
+    env = dict(
+        os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
+    return subprocess.Popen(
+        [sys.executable, SCRIPT, phase, str(workdir)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def finish(process, timeout=180):
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 0, output.decode(errors="replace")[-3000:]
+
+
+def weights(path):
+    with np.load(path) as arrays:
+        return [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def assert_frozen_unchanged(initial, final):
+    body_kernel, body_bias, head_kernel, head_bias = 0, 1, 2, 3
+    np.testing.assert_array_equal(final[head_kernel][:, 1], initial[head_kernel][:, 1])
+    np.testing.assert_array_equal(final[head_bias][1], initial[head_bias][1])
+    # Body unit 3 is frozen in both intervals of its schedule.
+    np.testing.assert_array_equal(final[body_kernel][:, 3], initial[body_kernel][:, 3])
+    np.testing.assert_array_equal(final[body_bias][3], initial[body_bias][3])
+
+
+def test_killed_and_raising_runs_resume_bit_identical(tmp_path):
+    dirs = {name: tmp_path / name for name in ("full", "killed", "raised")}
+    for d in dirs.values():
+        d.mkdir()
+    full = start("full", dirs["full"])
+    raised = start("raise", dirs["raised"])
+    hung = start("hang", dirs["killed"])
+    try:
+        deadline = time.monotonic() + 180
+        while not (dirs["killed"] / "waiting").exists():
+            assert hung.poll() is None, hung.communicate()[0].decode()[-3000:]
+            assert time.monotonic() < deadline, "the run never reached its stop step"
+            time.sleep(0.2)
+        assert (dirs["killed"] / "backup").exists()  # epoch 1 was backed up
+        os.killpg(hung.pid, signal.SIGKILL)
+        hung.wait(timeout=30)
+    finally:
+        if hung.poll() is None:
+            os.killpg(hung.pid, signal.SIGKILL)
+            hung.wait()
+    finish(full)
+    finish(raised)
+    finish(start("resume", dirs["killed"]))
+
+    reference = weights(dirs["full"] / "weights_full.npz")
+    assert_same(weights(dirs["raised"] / "weights_raise.npz"), reference)
+    assert_same(weights(dirs["killed"] / "weights_resume.npz"), reference)
+    assert_frozen_unchanged(weights(dirs["full"] / "initial.npz"), reference)
+    # The restarted runs did only what was left: epochs 3 and 4 of 4 steps.
+    assert (dirs["full"] / "steps_full.txt").read_text() == "16"
+    assert (dirs["killed"] / "steps_resume.txt").read_text() == "8"
+    assert (dirs["raised"] / "steps_raise.txt").read_text() == "8"
