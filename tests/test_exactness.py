@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings, strategies as st
 
 import maskfit
 
@@ -217,3 +218,48 @@ def test_backprop_gate_blocks_what_frozen_units_send_upstream(mode):
     with_gate = gated(x).numpy()
     maskfit.set_mask(gated.get_layer("head"), maskfit.OutputMask([1, 0]))
     np.testing.assert_array_equal(gated(x).numpy(), with_gate)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    widths=st.lists(st.integers(1, 5), min_size=2, max_size=3),
+    seed=st.integers(0, 2**16),
+    element=st.booleans(),
+)
+def test_random_masks_on_random_layer_shapes_hold_exactly(widths, seed, element):
+    """Hypothesis: any 0/1 (or fractional) masks, any widths, AdamW + EMA, eager."""
+    rng = np.random.default_rng(seed)
+    inputs = keras.Input((3,))
+    h, layers = inputs, []
+    for width in widths:
+        layers.append(keras.layers.Dense(width, activation="tanh"))
+        h = layers[-1](h)
+    model = maskfit.MaskedModel(inputs, h)
+    frozen = {}
+    for layer in layers:
+        if element:
+            values = rng.choice([0.0, 0.5, 1.0], size=tuple(layer.kernel.shape))
+            maskfit.set_mask(layer, maskfit.ElementMask({"kernel": values}))
+            frozen[layer.kernel.path] = (layer.kernel, values == 0)
+        else:
+            values = rng.choice([0.0, 0.5, 1.0], size=layer.units)
+            maskfit.set_mask(layer, maskfit.OutputMask(values))
+            for variable in (layer.kernel, layer.bias):
+                shape = tuple(variable.shape)
+                frozen[variable.path] = (variable, np.broadcast_to(values == 0, shape))
+    before = {path: v.numpy().copy() for path, (v, _) in frozen.items()}
+    model.compile(
+        optimizer=keras.optimizers.AdamW(0.1, use_ema=True, ema_overwrite_frequency=2),
+        loss="mse",
+        run_eagerly=True,
+    )
+    x = rng.normal(size=(8, 3)).astype("float32")
+    model.fit(x, rng.normal(size=(8, widths[-1])), batch_size=4, epochs=2, verbose=0)
+    for path, (variable, is_frozen) in frozen.items():
+        np.testing.assert_array_equal(
+            variable.numpy()[is_frozen], before[path][is_frozen]
+        )
+        if (~is_frozen).any():
+            assert np.any(
+                variable.numpy()[~is_frozen] != before[path][~is_frozen]
+            ), path
