@@ -82,6 +82,21 @@ def _replica_values(result, path):
     return [result[k] for k in sorted(keys)]
 
 
+def _wait_all(processes, timeout):
+    """Waits for all; returns their exit codes, or "timeout" / "stopped".
+
+    Stops waiting as soon as one fails: a worker whose peer died would wait
+    for it until the deadline.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        codes = [p.poll() for p in processes]
+        if None not in codes or any(c not in (None, 0) for c in codes):
+            return ["stopped" if c is None else c for c in codes]
+        time.sleep(0.2)
+    return ["timeout" if p.poll() is None else p.returncode for p in processes]
+
+
 def _start(out, name, args, env):
     log = out / f"{name}.txt"
     with open(log, "w") as f:
@@ -112,18 +127,15 @@ def runs_dir(tmp_path_factory):
             config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
             env = _env(TF_CONFIG=json.dumps(config))
             started.append(_start(out, f"worker{index}", ["worker", str(out)], env))
-        deadline = time.monotonic() + TIMEOUT_S
-        failed = []
-        for name, process, log in started:
-            try:
-                code = process.wait(timeout=max(deadline - time.monotonic(), 1))
-            except subprocess.TimeoutExpired:
-                code = f"timed out after {TIMEOUT_S} s"
-            if code != 0:
-                failed.append(f"--- {name} ({code}):\n{_tail(log)}")
+        codes = _wait_all([process for _, process, _ in started], TIMEOUT_S)
     finally:
         for _, process, _ in started:
             _stop(process)
+    failed = [
+        f"--- {name} ({code}):\n{_tail(log)}"
+        for (name, _, log), code in zip(started, codes)
+        if code != 0
+    ]
     if failed:
         pytest.fail("Distributed runs failed:\n" + "\n".join(failed))
     return str(out)
