@@ -186,6 +186,7 @@ def test_scale_flags_parse_and_validate():
 def test_is_chief_on_one_machine():
     assert distribute.is_chief()
     assert distribute.is_chief(distribute.make_strategy("default"))
+    assert distribute.is_chief(distribute.make_strategy("mirrored"))
 
 
 # MirroredStrategy over two logical CPUs.
