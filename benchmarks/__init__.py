@@ -1,0 +1,1 @@
+"""Benchmarks of maskfit's training step against stock Keras."""
