@@ -25,6 +25,7 @@ COLUMNS = (
     "ratio_median",
     "ratio_min",
     "ratio_max",
+    "cpu_ratio_median",
     "param_bytes",
     "mask_state_bytes",
     "snapshot_bytes",
@@ -154,13 +155,14 @@ class _Contender:
         self.memory = _memory(model)
 
     def time_step(self):
-        """Runs `steps` training steps; returns the seconds per step."""
+        """Runs `steps` training steps; returns wall and CPU seconds per step."""
         train_function = self.model.train_function
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(self.calls):
             logs = train_function(self.iterator)
         float(logs["loss"])
-        return (time.perf_counter() - start) / self.steps
+        wall = time.perf_counter() - start
+        return wall / self.steps, (time.process_time() - start_cpu) / self.steps
 
 
 def _measure(config, model_name, mode):
@@ -176,15 +178,20 @@ def _measure(config, model_name, mode):
     for contender in contenders:
         contender.time_step()
     times = {c.key: [] for c in contenders}
+    cpu_times = {c.key: [] for c in contenders}
     for repeat in range(config.repeats):
         shift = repeat % len(contenders)
         for contender in contenders[shift:] + contenders[:shift]:
-            times[contender.key].append(contender.time_step())
+            wall, cpu = contender.time_step()
+            times[contender.key].append(wall)
+            cpu_times[contender.key].append(cpu)
     rows = []
     for contender in contenders:
         _, _, optimizer, mask = contender.key
         stock = times[(model_name, mode, optimizer, "none")]
         ratios = [t / s for t, s in zip(times[contender.key], stock)]
+        stock_cpu = cpu_times[(model_name, mode, optimizer, "none")]
+        cpu_ratios = [t / s for t, s in zip(cpu_times[contender.key], stock_cpu)]
         params, state, snapshot = contender.memory
         rows.append(
             {
@@ -196,6 +203,7 @@ def _measure(config, model_name, mode):
                 "ratio_median": statistics.median(ratios),
                 "ratio_min": min(ratios),
                 "ratio_max": max(ratios),
+                "cpu_ratio_median": statistics.median(cpu_ratios),
                 "param_bytes": params,
                 "mask_state_bytes": state,
                 "snapshot_bytes": snapshot,
@@ -234,7 +242,8 @@ def format_table(rows):
     """Returns `rows` as a fixed-width text table, one line per contender."""
     lines = [
         f"{'model':5} {'mode':5} {'optimizer':9} {'mask':7} {'ms/step':>8}"
-        f" {'ratio':>6} {'spread':>13} {'mask state':>10} {'snapshot':>8}"
+        f" {'ratio':>6} {'spread':>13} {'cpu ratio':>9} {'mask state':>10}"
+        f" {'snapshot':>8}"
     ]
     for row in rows:
         state = row["mask_state_bytes"] / row["param_bytes"]
@@ -243,6 +252,7 @@ def format_table(rows):
             f"{row['model']:5} {row['mode']:5} {row['optimizer']:9} {row['mask']:7}"
             f" {row['step_ms']:8.2f} {row['ratio_median']:6.3f}"
             f" [{row['ratio_min']:.3f},{row['ratio_max']:.3f}]"
+            f" {row['cpu_ratio_median']:9.3f}"
             f" {state:10.2%} {snapshot:8.2%}"
         )
     return "\n".join(lines)
@@ -255,7 +265,8 @@ def run(config, workdir):
     round-robin for `config.repeats` rounds of `config.steps` steps each. A
     contender's ratio is taken per round against the stock model with the same
     optimizer, so a slow patch of the machine hits both; the rows report the
-    median ratio and its range over rounds.
+    median ratio and its range over rounds, and the median ratio of the
+    process's CPU time, which other processes on a shared machine sway less.
 
     Args:
       config: a `Config`.
