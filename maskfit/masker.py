@@ -33,8 +33,11 @@ def moves_zero_gradient_entries(optimizer, variable):
 
 
 def _where_masked(gradient, mask):
-    mask = tf.cast(mask, gradient.dtype)
-    return tf.where(mask > 0, gradient * mask, tf.zeros([], gradient.dtype))
+    # One kernel, not three (compare, multiply, select): `multiply_no_nan`
+    # gives +0 wherever the mask is 0, even for a NaN or Inf gradient, and
+    # `gradient * mask` elsewhere. In graph mode this halves the masking cost
+    # per entry; XLA fuses either form.
+    return tf.math.multiply_no_nan(gradient, tf.cast(mask, gradient.dtype))
 
 
 def _mask_gradient(gradient, mask, kind):
@@ -101,7 +104,7 @@ class GradientMasker:
 
     In the step, `begin_step` selects each scheduled mask; `mask_gradients`
     zeroes (or scales) the gradient entries of masked units or entries with
-    `tf.where`, so NaN or Inf there never spreads, and clipping sees only what
+    `multiply_no_nan`, so NaN or Inf there never spreads, and clipping sees only what
     may learn. `apply` runs the optimizer and, for every optimizer that can
     move a zero-gradient entry (weight decay, momentum, Adam history, EMA,
     constraints...), restores each frozen entry from a snapshot taken just
@@ -133,6 +136,15 @@ class GradientMasker:
     def scheduled(self):
         """Whether any mask follows a schedule (then `begin_step` does work)."""
         return any(state.table is not None for state in self._states.values())
+
+    def state_bytes(self):
+        """Bytes of mask state this masker keeps (masks, schedules, boundaries)."""
+        total = 0
+        for state in self._states.values():
+            for variable in (state.current, state.table, state.boundaries):
+                if variable is not None:
+                    total += variable.shape.num_elements() * variable.dtype.size
+        return total
 
     def mask_value(self, index):
         """Returns the mask in force for variable `index` as a numpy array."""

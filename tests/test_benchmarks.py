@@ -1,0 +1,81 @@
+"""Smoke test of the step-time benchmark: it runs tiny and writes its table."""
+
+import csv
+import json
+import os
+
+from benchmarks import harness
+
+# Graph mode only: jit compiles each of the 12 contenders again and doubles
+# the test's time; the mode is one compile() argument in the harness.
+_TINY = harness.Config(
+    modes=("graph",),
+    mlp_depth=2,
+    mlp_width=16,
+    mlp_batch=8,
+    cnn_filters=(4, 8),
+    cnn_image=8,
+    cnn_batch=4,
+    steps=2,
+    steps_per_execution=1,
+    warmup_steps=1,
+    repeats=1,
+)
+
+
+def test_run_writes_one_row_per_contender(tmp_path):
+    workdir = str(tmp_path)
+    rows = harness.run(_TINY, workdir)
+
+    expected = {
+        (model, mode, optimizer, mask)
+        for model in _TINY.models
+        for mode in _TINY.modes
+        for optimizer in _TINY.optimizers
+        for mask in _TINY.masks
+    }
+    keys = [(r["model"], r["mode"], r["optimizer"], r["mask"]) for r in rows]
+    assert sorted(keys) == sorted(expected)
+    with open(os.path.join(workdir, "step_time.json")) as f:
+        written = json.load(f)
+    assert written["rows"] == rows
+    assert written["machine"]["cores"] >= 1
+    with open(os.path.join(workdir, "step_time.csv")) as f:
+        table = list(csv.DictReader(f))
+    assert tuple(table[0]) == harness.COLUMNS
+    assert len(table) == len(expected)
+    assert os.path.exists(os.path.join(workdir, "config.json"))
+    for row in rows:
+        assert row["step_ms"] > 0
+        if row["mask"] == "none":
+            assert row["ratio_median"] == 1.0
+            assert row["mask_state_bytes"] == row["snapshot_bytes"] == 0
+        else:
+            assert 0 < row["mask_state_bytes"] <= row["param_bytes"]
+        if row["mask"] == "output":
+            # O(units): one value per unit for each kernel and bias.
+            assert row["mask_state_bytes"] < row["param_bytes"] / 2
+        if row["optimizer"] == "sgd":
+            assert row["snapshot_bytes"] == 0
+        elif row["mask"] != "none":
+            assert row["snapshot_bytes"] > 0
+
+
+def test_format_table_has_a_line_per_row(tmp_path):
+    rows = [
+        dict(
+            model="mlp",
+            mode="graph",
+            optimizer="sgd",
+            mask="none",
+            step_ms=1.0,
+            ratio_median=1.0,
+            ratio_min=1.0,
+            ratio_max=1.0,
+            cpu_ratio_median=1.0,
+            param_bytes=4,
+            mask_state_bytes=0,
+            snapshot_bytes=0,
+        )
+    ]
+    assert len(harness.format_table(rows).splitlines()) == 2
