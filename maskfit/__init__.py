@@ -1,5 +1,6 @@
 """maskfit: declare which Keras parameters learn, and keep the rest exactly frozen."""
 
+from maskfit import distribute
 from maskfit import layers
 from maskfit.apply import apply_gradients
 from maskfit.declare import get_mask
@@ -17,6 +18,7 @@ from maskfit.summary import summary
 __all__ = [
     "apply_gradients",
     "custom_gradient",
+    "distribute",
     "ElementMask",
     "get_mask",
     "layers",
