@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import declare
+from maskfit import gradients
 from maskfit import masker as masker_lib
 
 __all__ = ["apply_gradients"]
@@ -163,17 +164,13 @@ def _suggest(name, known):
 
 def _sum_axes(grad_shape, var_shape):
     """Axes to sum a broadcast gradient over to fit the variable, or None."""
-    lead = len(grad_shape) - len(var_shape)
-    if lead < 0 or None in grad_shape:
+    if None in grad_shape:
         return None
-    axes = list(range(lead))
-    for i, size in enumerate(var_shape):
-        if grad_shape[lead + i] == size:
-            continue
-        if size != 1:
-            return None
-        axes.append(lead + i)
-    return axes
+    try:
+        leading, stretched = gradients.reduction_axes(grad_shape, var_shape)
+    except ValueError:
+        return None
+    return list(leading + stretched)
 
 
 class _Plan:
@@ -182,9 +179,9 @@ class _Plan:
     def __init__(self, variables, built):
         self.variables = variables
         if built is not None:
-            known = {id(masker_lib._variable_handle(v)) for v in built}
+            known = {id(masker_lib.variable_handle(v)) for v in built}
             for v in variables:
-                if id(masker_lib._variable_handle(v)) not in known:
+                if id(masker_lib.variable_handle(v)) not in known:
                     raise ValueError(
                         f"Variable '{_path(v)}' is not one the optimizer was built"
                         f" with; it updates {[_path(b) for b in built]}. Pass"
@@ -199,7 +196,7 @@ class _Plan:
         for i, p in enumerate(self.paths):
             self.by_path[p] = None if p in self.by_path else i
         self.by_handle = {
-            id(masker_lib._variable_handle(v)): i for i, v in enumerate(variables)
+            id(masker_lib.variable_handle(v)): i for i, v in enumerate(variables)
         }
         with tf.init_scope():
             self.masker = masker_lib.GradientMasker(variables, self._layer_specs)
@@ -257,7 +254,7 @@ class _Plan:
                 "apply_gradients dict keys must be variable paths (str) or"
                 f" variable.value.ref(). Received key {key!r}."
             )
-        index = self.by_handle.get(id(masker_lib._variable_handle(variable)))
+        index = self.by_handle.get(id(masker_lib.variable_handle(variable)))
         if index is None:
             name = _path(variable)
             raise ValueError(
@@ -329,9 +326,9 @@ class _Plan:
         idle += self.untouched
         inner = getattr(optimizer, "inner_optimizer", optimizer)
         idle = idle if inner.use_ema else []
-        averages = masker_lib._ema_averages(optimizer, idle)
-        pinned = [masker_lib._variable_handle(v) for v in idle]
-        pinned += [masker_lib._variable_handle(a) for a in averages if a is not None]
+        averages = masker_lib.ema_averages(optimizer, idle)
+        pinned = [masker_lib.variable_handle(v) for v in idle]
+        pinned += [masker_lib.variable_handle(a) for a in averages if a is not None]
         snapshots = [tf.identity(v) for v in pinned]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Gradients do not exist")

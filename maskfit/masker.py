@@ -8,7 +8,13 @@ from maskfit import declare
 from maskfit import plan
 from maskfit.plan import resolve_masks
 
-__all__ = ["GradientMasker", "resolve_masks", "moves_zero_gradient_entries"]
+__all__ = [
+    "GradientMasker",
+    "ema_averages",
+    "moves_zero_gradient_entries",
+    "resolve_masks",
+    "variable_handle",
+]
 
 
 def moves_zero_gradient_entries(optimizer, variable):
@@ -48,7 +54,8 @@ def _mask_gradient(gradient, mask, kind):
     return _where_masked(gradient, mask)
 
 
-def _variable_handle(variable):
+def variable_handle(variable):
+    """The `tf.Variable` behind a Keras variable (itself for a TF variable)."""
     return variable.value if isinstance(variable, keras.Variable) else variable
 
 
@@ -220,7 +227,7 @@ class GradientMasker:
             for i in self._by_index
             if not masked or moves_zero_gradient_entries(optimizer, variables[i])
         ]
-        snapshots = [tf.identity(_variable_handle(variables[i])) for i in guarded]
+        snapshots = [tf.identity(variable_handle(variables[i])) for i in guarded]
         optimizer.apply(gradients, variables)
         if guarded:
             self._restore(
@@ -231,8 +238,8 @@ class GradientMasker:
             )
 
     def _restore(self, optimizer, variables, snapshots, masks):
-        averages = _ema_averages(optimizer, variables)
-        targets = [_variable_handle(v) for v in variables]
+        averages = ema_averages(optimizer, variables)
+        targets = [variable_handle(v) for v in variables]
 
         def restore(target, snapshot, mask):
             frozen = tf.equal(mask, tf.zeros([], mask.dtype))
@@ -247,7 +254,7 @@ class GradientMasker:
                 )
                 if average is not None:
                     distribution.extended.update(
-                        _variable_handle(average),
+                        variable_handle(average),
                         restore,
                         args=(snapshot, mask),
                         group=False,
@@ -258,7 +265,7 @@ class GradientMasker:
         )
 
 
-def _ema_averages(optimizer, variables):
+def ema_averages(optimizer, variables):
     """Returns each variable's EMA average in `optimizer`, or None per variable.
 
     Keras keeps the averages privately; a frozen entry's average is pinned to
