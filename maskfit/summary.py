@@ -3,6 +3,7 @@
 import dataclasses
 from typing import NamedTuple
 
+import keras
 import numpy as np
 
 from maskfit import declare
@@ -54,7 +55,7 @@ def _learnable(shape, kind, mask):
     return int(np.count_nonzero(mask > 0))
 
 
-def summary(model, print_fn=print):
+def summary(model, print_fn=print, step=None):
     """Prints, and returns, what each trainable variable of `model` can learn.
 
     For every trainable variable: its path, shape and parameter count, how
@@ -66,6 +67,9 @@ def summary(model, print_fn=print):
     Args:
       model: a built Keras model (or layer).
       print_fn: called with each line of the table; `None` prints nothing.
+      step: the optimizer step at which to read scheduled masks
+        (`maskfit.PiecewiseMask`); by default the model's optimizer's current
+        `iterations`, or 0 before it is built.
 
     Returns:
       A `Summary` with `.rows` and the totals.
@@ -90,7 +94,13 @@ def summary(model, print_fn=print):
             " Call it on data or call model.build(input_shape) first."
         )
     variables = list(model.trainable_variables)
-    entries = masker_lib.resolve_masks(declare.masked_layers(model), variables)
+    if step is None:
+        optimizer = getattr(model, "optimizer", None)
+        built = optimizer is not None and optimizer.built
+        step = int(keras.ops.convert_to_numpy(optimizer.iterations)) if built else 0
+    entries = masker_lib.resolve_masks(
+        declare.masked_layers(model), variables, step=step
+    )
     rows = []
     for index, variable in enumerate(variables):
         shape = tuple(variable.shape)

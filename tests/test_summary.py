@@ -72,3 +72,19 @@ def test_unbuilt_model_is_rejected():
     model = keras.Sequential([keras.layers.Dense(2)])
     with pytest.raises(ValueError, match="not built"):
         summary(model, print_fn=None)
+
+
+def test_summary_reads_schedules_at_the_optimizer_step():
+    inputs = keras.Input((3,))
+    head = maskfit.set_mask(
+        keras.layers.Dense(2),
+        maskfit.PiecewiseMask(
+            [2], [maskfit.OutputMask([0, 0]), maskfit.OutputMask([1, 0])]
+        ),
+    )
+    model = maskfit.MaskedModel(inputs, head(inputs))
+    assert maskfit.summary(model, print_fn=None).learnable_params == 0
+    assert maskfit.summary(model, print_fn=None, step=2).learnable_params == 4
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(np.ones((2, 3)), np.ones((2, 2)), batch_size=1, verbose=0)
+    assert maskfit.summary(model, print_fn=None).learnable_params == 4
