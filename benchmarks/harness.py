@@ -143,7 +143,12 @@ class _Contender:
         # fit builds the optimizer, the masker and the train function; the
         # timed calls then reuse that function on a plain iterator, which
         # needs one more trace, done here too.
-        model.fit(dataset, steps_per_epoch=config.steps_per_execution, verbose=0)
+        model.fit(
+            dataset,
+            steps_per_epoch=config.steps_per_execution,
+            shuffle=False,
+            verbose=0,
+        )
         self.model = model
         self.iterator = iter(dataset)
         self.calls = max(1, config.steps // config.steps_per_execution)
