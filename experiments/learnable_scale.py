@@ -10,8 +10,6 @@ Usage:
 """
 
 import dataclasses
-import inspect
-import json
 import math
 import os
 import time
@@ -22,34 +20,8 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+from experiments import common
 import maskfit
-
-
-def _optimizer_classes():
-    """Maps each keras optimizer that takes just a learning rate to its class."""
-    classes = {}
-    for name in dir(keras.optimizers):
-        cls = getattr(keras.optimizers, name)
-        if not (
-            inspect.isclass(cls)
-            and issubclass(cls, keras.optimizers.Optimizer)
-            and cls is not keras.optimizers.Optimizer
-        ):
-            continue
-        params = inspect.signature(cls).parameters
-        required = [
-            p
-            for p in params.values()
-            if p.default is inspect.Parameter.empty
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
-        # Wrappers (LossScaleOptimizer, MultiOptimizer) need other optimizers.
-        if "learning_rate" in params and not required:
-            classes[name.lower()] = cls
-    return classes
-
-
-OPTIMIZERS = _optimizer_classes()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,12 +70,7 @@ class Config:
                     f"Received an invalid value for `{name}`, expected a "
                     f"finite number. Received: {name}={value!r}"
                 )
-        if self.optimizer.lower() not in OPTIMIZERS:
-            raise ValueError(
-                "Received an unknown `optimizer`, expected one of "
-                f"{', '.join(sorted(OPTIMIZERS))}. "
-                f"Received: optimizer={self.optimizer!r}"
-            )
+        common.check_optimizer(self.optimizer)
         if (
             isinstance(self.seed, bool)
             or not isinstance(self.seed, int)
@@ -113,15 +80,6 @@ class Config:
                 "Received an invalid value for `seed`, expected a non-negative "
                 f"integer. Received: seed={self.seed!r}"
             )
-
-
-# What `tf.summary.scalar` attaches, so TensorBoard shows these as scalars;
-# `tf.summary.scalar` itself is implemented in the tensorboard package, which
-# this experiment does not need.
-_SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
-    plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars"),
-    data_class="DATA_CLASS_SCALAR",
-)
 
 
 class _EpochSummary(keras.callbacks.Callback):
@@ -138,11 +96,7 @@ class _EpochSummary(keras.callbacks.Callback):
         scale = float(self._scale.numpy().reshape(-1)[0])
         self.scales.append(scale)
         logging.info("epoch %d loss %.6g scale %.6f", epoch + 1, loss, scale)
-        with self._writer.as_default(step=epoch + 1):
-            for tag, value in (("loss", loss), ("scale", scale)):
-                tf.summary.write(
-                    tag, tf.constant(value, tf.float32), metadata=_SCALAR_METADATA
-                )
+        common.write_scalars(self._writer, epoch + 1, {"loss": loss, "scale": scale})
 
 
 def _dataset(config):
@@ -151,12 +105,6 @@ def _dataset(config):
     y = tf.fill((config.samples, 1), tf.constant(config.target, tf.float32))
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(config.batch_size)
     return dataset.prefetch(tf.data.AUTOTUNE)
-
-
-def _write_json(path, value):
-    with open(path, "w") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
-        f.write("\n")
 
 
 def run(config, workdir):
@@ -174,7 +122,7 @@ def run(config, workdir):
       compilation included).
     """
     os.makedirs(workdir, exist_ok=True)
-    _write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(config))
+    common.write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(config))
     keras.utils.set_random_seed(config.seed)
 
     inputs = keras.Input((1,))
@@ -182,7 +130,7 @@ def run(config, workdir):
         shape=(1,), initializer=keras.initializers.Constant(config.initial_scale)
     )
     model = maskfit.MaskedModel(inputs, layer(inputs))
-    optimizer = OPTIMIZERS[config.optimizer.lower()](learning_rate=config.learning_rate)
+    optimizer = common.make_optimizer(config.optimizer, config.learning_rate)
     model.compile(
         optimizer=optimizer,
         loss="mse",
@@ -214,7 +162,7 @@ def run(config, workdir):
         "steps": int(optimizer.iterations.numpy()),
         "wall_seconds": wall_seconds,
     }
-    _write_json(os.path.join(workdir, "metrics.json"), metrics)
+    common.write_json(os.path.join(workdir, "metrics.json"), metrics)
     logging.info(
         "scale %.6f loss %.6g after %d steps in %.2f s",
         metrics["scale"],
@@ -237,7 +185,7 @@ flags.DEFINE_float("initial_scale", _DEFAULTS.initial_scale, "Scale's start.")
 flags.DEFINE_string(
     "optimizer",
     _DEFAULTS.optimizer,
-    f"A keras.optimizers name: {', '.join(sorted(OPTIMIZERS))}.",
+    f"A keras.optimizers name: {', '.join(sorted(common.OPTIMIZERS))}.",
 )
 flags.DEFINE_integer("seed", _DEFAULTS.seed, "Random seed.")
 flags.DEFINE_integer(

@@ -13,33 +13,21 @@ code. Everything is written under `workdir`.
 """
 
 import dataclasses
-import json
 import os
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
 
+from experiments import common
 import maskfit
 from maskfit.apply import apply_gradients
 
-__all__ = ["Config", "run", "optimizer_names"]
+__all__ = ["Config", "run"]
 
 MODES = ("manual", "fit")
 OUTPUTS = 2
-
-
-def optimizer_names():
-    """Lower-case names of the optimizers in `keras.optimizers`."""
-    return sorted(
-        name.lower()
-        for name, cls in vars(keras.optimizers).items()
-        if isinstance(cls, type)
-        and issubclass(cls, keras.optimizers.Optimizer)
-        and cls not in (keras.optimizers.Optimizer, keras.optimizers.LossScaleOptimizer)
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,11 +57,7 @@ class Config:
             raise ValueError(
                 f"learning_rate must be positive. Received: {self.learning_rate}"
             )
-        if self.optimizer.lower() not in optimizer_names():
-            raise ValueError(
-                f"Unknown optimizer {self.optimizer!r}; known ones are"
-                f" {optimizer_names()}."
-            )
+        common.check_optimizer(self.optimizer)
         if len(self.targets) != OUTPUTS:
             raise ValueError(
                 f"targets must have {OUTPUTS} values, one per output. Received:"
@@ -97,12 +81,6 @@ def _make_model(config):
     x = keras.layers.Activation("relu")(x)
     outputs = keras.layers.Activation("linear")(head(x))
     return maskfit.MaskedModel(inputs, outputs), head
-
-
-def _make_optimizer(config):
-    by_name = {name.lower(): name for name in vars(keras.optimizers)}
-    cls = getattr(keras.optimizers, by_name[config.optimizer.lower()])
-    return cls(learning_rate=config.learning_rate)
 
 
 def _timed_chunks(run_steps, steps):
@@ -196,22 +174,11 @@ def _masked_entries(head, config):
 
 
 def _write_events(workdir, trajectory):
-    """Writes TensorBoard scalars without needing the tensorboard package.
-
-    `tf.summary.scalar` lives in tensorboard, which tensorflow 2.21 does not
-    install; `tf.summary.write` with the scalars plugin's metadata writes the
-    same events.
-    """
-    metadata = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-        data_class=summary_pb2.DATA_CLASS_SCALAR,
-    ).SerializeToString()
+    """Writes the prediction of each output after each step as TensorBoard scalars."""
     writer = tf.summary.create_file_writer(os.path.join(workdir, "tensorboard"))
-    with writer.as_default():
-        for step, row in enumerate(trajectory, start=1):
-            for k, value in enumerate(row):
-                tag = f"prediction/output_{k}"
-                tf.summary.write(tag, float(value), step=step, metadata=metadata)
+    for step, row in enumerate(trajectory, start=1):
+        scalars = {f"prediction/output_{k}": float(v) for k, v in enumerate(row)}
+        common.write_scalars(writer, step, scalars)
     writer.close()
 
 
@@ -235,11 +202,10 @@ def run(config, workdir):
     config.validate()
     start = time.perf_counter()
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump(dataclasses.asdict(config), f, indent=2)
+    common.write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(config))
 
     model, head = _make_model(config)
-    optimizer = _make_optimizer(config)
+    optimizer = common.make_optimizer(config.optimizer, config.learning_rate)
     x = np.ones((1, 1), np.float32)
     initial = model(x).numpy()[0]
     masked_before = _masked_entries(head, config)
@@ -259,7 +225,6 @@ def run(config, workdir):
         **times,
         "wall_seconds": time.perf_counter() - start,
     }
-    with open(os.path.join(workdir, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
+    common.write_json(os.path.join(workdir, "metrics.json"), metrics)
     _write_events(workdir, trajectory)
     return metrics

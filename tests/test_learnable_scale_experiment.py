@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from experiments import common
 from experiments import learnable_scale
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -85,7 +86,7 @@ def test_config_rejects_invalid_values(field, value, message):
 
 
 def test_config_accepts_any_case_of_optimizer_names():
-    assert {"sgd", "adam", "adamw", "rmsprop"} <= set(learnable_scale.OPTIMIZERS)
+    assert {"sgd", "adam", "adamw", "rmsprop"} <= set(common.OPTIMIZERS)
     learnable_scale.Config(optimizer="SGD")
 
 
