@@ -1,4 +1,4 @@
-"""Tests for experiments/learnable_scale.py: a tiny run, the default, the CLI."""
+"""Tests for experiments/learnable_scale{,_lib}.py: a tiny run, the default, the CLI."""
 
 import dataclasses
 import glob
@@ -15,11 +15,13 @@ import tensorflow as tf
 
 from experiments import common
 from experiments import learnable_scale
+from experiments.learnable_scale_lib import Config
+from experiments.learnable_scale_lib import run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # 8 steps an epoch, run 3 at a time: the last call of each epoch is short.
-TINY = learnable_scale.Config(
+TINY = Config(
     samples=256, batch_size=32, epochs=3, learning_rate=0.01, steps_per_execution=3
 )
 
@@ -39,7 +41,7 @@ def read_scalars(workdir):
 
 def test_tiny_run_writes_config_metrics_and_events(tmp_path):
     workdir = str(tmp_path / "run")
-    metrics = learnable_scale.run(TINY, workdir)
+    metrics = run(TINY, workdir)
 
     with open(os.path.join(workdir, "config.json")) as f:
         assert json.load(f) == dataclasses.asdict(TINY)
@@ -61,7 +63,7 @@ def test_tiny_run_writes_config_metrics_and_events(tmp_path):
 
 
 def test_default_config_learns_2_5(tmp_path):
-    metrics = learnable_scale.run(learnable_scale.Config(), str(tmp_path))
+    metrics = run(Config(), str(tmp_path))
     np.testing.assert_allclose(metrics["scale"], 2.5, atol=1e-3)
     assert metrics["steps"] == 10 * 100_000 // 32  # The seed's 31250 steps.
 
@@ -82,12 +84,12 @@ def test_default_config_learns_2_5(tmp_path):
 )
 def test_config_rejects_invalid_values(field, value, message):
     with pytest.raises(ValueError, match=f"{message}.*Received: {field}="):
-        learnable_scale.Config(**{field: value})
+        Config(**{field: value})
 
 
 def test_config_accepts_any_case_of_optimizer_names():
     assert {"sgd", "adam", "adamw", "rmsprop"} <= set(common.OPTIMIZERS)
-    learnable_scale.Config(optimizer="SGD")
+    Config(optimizer="SGD")
 
 
 def run_cli(*args):
@@ -138,7 +140,7 @@ def test_main_turns_flags_into_config_and_logs_each_epoch(tmp_path, caplog):
         config = json.load(f)
     assert config == dataclasses.asdict(
         dataclasses.replace(
-            learnable_scale.Config(),
+            Config(),
             samples=64,
             epochs=2,
             optimizer="adam",
