@@ -1,21 +1,28 @@
-"""What the experiments share: optimizers by name, JSON and TensorBoard scalars.
+"""What the experiments share: optimizers by name, scale settings, JSON and scalars.
 
-Each experiment's `Config` checks its optimizer with `check_optimizer`; its
-`run` makes it with `make_optimizer` and writes its outputs with `write_json`
-and `write_scalars`.
+Each experiment's `Config` checks its optimizer with `check_optimizer` and its
+`strategy` and `precision` with `check_scale`; its `run` makes the optimizer
+with `make_optimizer`, trains inside `strategy_and_precision`, and writes its
+outputs with `write_json` and `write_scalars`.
 """
 
+import contextlib
+import functools
 import inspect
 import json
 
 import keras
 import tensorflow as tf
 
+from maskfit import distribute
+
 __all__ = [
     "OPTIMIZERS",
     "SCALAR_METADATA",
     "check_optimizer",
+    "check_scale",
     "make_optimizer",
+    "strategy_and_precision",
     "write_json",
     "write_scalars",
 ]
@@ -67,6 +74,69 @@ def make_optimizer(name, learning_rate):
     """
     check_optimizer(name)
     return OPTIMIZERS[name.lower()](learning_rate=learning_rate)
+
+
+def check_scale(strategy, precision, steps_per_execution, jit_compile):
+    """Raises ValueError for an unknown strategy or precision, or one Keras fails.
+
+    Under `tf.distribute` on CPUs, Keras 3.15 fails with `steps_per_execution`
+    above 1 and with `jit_compile=True` (docs/distributed.md), so any strategy
+    but 'default' is refused with those, naming the flags that fix it.
+    """
+    for what, value, valid in (
+        ("strategy", strategy, distribute.STRATEGIES),
+        ("precision", precision, distribute.PRECISIONS),
+    ):
+        if value not in valid:
+            raise ValueError(
+                f"Received an invalid value for `{what}`, expected one of"
+                f" {', '.join(repr(v) for v in valid)}. Received: {what}={value!r}"
+            )
+    if strategy == "default":
+        return
+    fixes = []
+    if steps_per_execution != 1:
+        fixes.append("--steps_per_execution=1")
+    if jit_compile:
+        fixes.append("--nojit_compile")
+    if fixes:
+        raise ValueError(
+            f"strategy={strategy!r} needs steps_per_execution=1 and"
+            " jit_compile=False: under tf.distribute on CPUs Keras fails with"
+            " more steps per execution or with XLA. Received:"
+            f" steps_per_execution={steps_per_execution!r},"
+            f" jit_compile={jit_compile!r}. Pass {' '.join(fixes)}."
+        )
+
+
+@functools.cache
+def _shared_strategy(name):
+    return distribute.make_strategy(name)
+
+
+@contextlib.contextmanager
+def strategy_and_precision(strategy, precision):
+    """Sets the dtype policy `precision` and yields the strategy `strategy`.
+
+    The strategy is made first, as `MultiWorkerMirroredStrategy` must be made
+    before other TensorFlow work, and only once per process: a second run in
+    the same process reuses it. (A second `MultiWorkerMirroredStrategy`
+    cannot be made, and a second `MirroredStrategy` over several devices
+    reuses the first one's collective keys, so its all-reduces fail with
+    "Shape mismatch in the collective instance".) Build and compile the model
+    under the yielded strategy's `scope()`. The previous dtype policy comes
+    back on exit.
+    """
+    if strategy == "default":
+        # The current strategy: not cached, as it depends on the scope.
+        made = distribute.make_strategy(strategy)
+    else:
+        made = _shared_strategy(strategy)
+    previous = distribute.set_precision(precision)
+    try:
+        yield made
+    finally:
+        distribute.set_precision(previous)
 
 
 def write_json(path, value):

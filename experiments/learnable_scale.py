@@ -7,6 +7,8 @@ scale per epoch. The logic is in `learnable_scale_lib`.
 
 Usage:
   python -m experiments.learnable_scale --workdir=/tmp/learnable_scale
+  python -m experiments.learnable_scale --strategy=mirrored \
+      --steps_per_execution=1 --nojit_compile --workdir=/tmp/mirrored
 """
 
 import dataclasses
@@ -17,6 +19,7 @@ from absl import flags
 from experiments import common
 from experiments.learnable_scale_lib import Config
 from experiments.learnable_scale_lib import run
+from maskfit import distribute
 
 _DEFAULTS = Config()
 
@@ -39,6 +42,9 @@ flags.DEFINE_integer(
     "Steps per compiled call; 1 is fit's default. Same updates either way.",
 )
 flags.DEFINE_bool("jit_compile", _DEFAULTS.jit_compile, "Compile the step with XLA.")
+# --strategy and --precision; any strategy but 'default' needs
+# --steps_per_execution=1 --nojit_compile.
+distribute.define_scale_flags()
 flags.DEFINE_string("workdir", None, "Directory for the run's outputs.")
 flags.mark_flag_as_required("workdir")
 

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from experiments import common
 import maskfit
+from maskfit import distribute
 
 __all__ = ["Config", "run"]
 
@@ -29,6 +30,11 @@ class Config:
     run, not which: the batches, the SGD updates and their number are the
     seed's. 125 divides the 3125 steps of an epoch, and together with XLA it
     makes the default run about 7x faster than `fit`'s own defaults.
+
+    `strategy` (a `maskfit.distribute.STRATEGIES` name) says where to train
+    and `precision` (a `maskfit.distribute.PRECISIONS` name) in which dtype
+    policy. Any strategy but 'default' needs `steps_per_execution=1` and
+    `jit_compile=False`, which Keras needs under tf.distribute on CPUs.
     """
 
     samples: int = 100_000
@@ -42,6 +48,8 @@ class Config:
     seed: int = 0
     steps_per_execution: int = 125
     jit_compile: bool = True
+    strategy: str = "default"
+    precision: str = "float32"
 
     def __post_init__(self):
         for name in ("samples", "batch_size", "epochs", "steps_per_execution"):
@@ -77,6 +85,9 @@ class Config:
                 "Received an invalid value for `seed`, expected a non-negative "
                 f"integer. Received: seed={self.seed!r}"
             )
+        common.check_scale(
+            self.strategy, self.precision, self.steps_per_execution, self.jit_compile
+        )
 
 
 class _EpochSummary(keras.callbacks.Callback):
@@ -110,7 +121,8 @@ def run(config, workdir):
     Args:
       config: A `Config`.
       workdir: Directory for `config.json`, `metrics.json` and the
-        TensorBoard events; created if missing.
+        TensorBoard events; created if missing. Under 'multi_worker' only the
+        chief writes there.
 
     Returns:
       The metrics dict also written to `metrics.json`: the final `scale` and
@@ -118,37 +130,47 @@ def run(config, workdir):
       `steps`, and `wall_seconds`, the time `fit` took (tracing and XLA
       compilation included).
     """
-    os.makedirs(workdir, exist_ok=True)
-    common.write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(config))
-    keras.utils.set_random_seed(config.seed)
+    with common.strategy_and_precision(config.strategy, config.precision) as strategy:
+        chief = distribute.is_chief(strategy)
+        if chief:
+            os.makedirs(workdir, exist_ok=True)
+            common.write_json(
+                os.path.join(workdir, "config.json"), dataclasses.asdict(config)
+            )
+        keras.utils.set_random_seed(config.seed)
 
-    inputs = keras.Input((1,))
-    layer = maskfit.layers.Scale(
-        shape=(1,), initializer=keras.initializers.Constant(config.initial_scale)
-    )
-    model = maskfit.MaskedModel(inputs, layer(inputs))
-    optimizer = common.make_optimizer(config.optimizer, config.learning_rate)
-    model.compile(
-        optimizer=optimizer,
-        loss="mse",
-        steps_per_execution=config.steps_per_execution,
-        jit_compile=config.jit_compile,
-    )
+        with strategy.scope():
+            inputs = keras.Input((1,))
+            layer = maskfit.layers.Scale(
+                shape=(1,),
+                initializer=keras.initializers.Constant(config.initial_scale),
+            )
+            model = maskfit.MaskedModel(inputs, layer(inputs))
+            optimizer = common.make_optimizer(config.optimizer, config.learning_rate)
+            model.compile(
+                optimizer=optimizer,
+                loss="mse",
+                steps_per_execution=config.steps_per_execution,
+                jit_compile=config.jit_compile,
+            )
 
-    writer = tf.summary.create_file_writer(workdir)
-    summary = _EpochSummary(layer.scale, writer)
-    try:
-        start = time.perf_counter()
-        history = model.fit(
-            _dataset(config),
-            epochs=config.epochs,
-            callbacks=[summary],
-            shuffle=False,
-            verbose=0,
-        )
-        wall_seconds = time.perf_counter() - start
-    finally:
-        writer.close()
+        if chief:
+            writer = tf.summary.create_file_writer(workdir)
+        else:
+            writer = tf.summary.create_noop_writer()
+        summary = _EpochSummary(layer.scale, writer)
+        try:
+            start = time.perf_counter()
+            history = model.fit(
+                _dataset(config),
+                epochs=config.epochs,
+                callbacks=[summary],
+                shuffle=False,
+                verbose=0,
+            )
+            wall_seconds = time.perf_counter() - start
+        finally:
+            writer.close()
 
     losses = [float(v) for v in history.history["loss"]]
     metrics = {
@@ -159,7 +181,8 @@ def run(config, workdir):
         "steps": int(optimizer.iterations.numpy()),
         "wall_seconds": wall_seconds,
     }
-    common.write_json(os.path.join(workdir, "metrics.json"), metrics)
+    if chief:
+        common.write_json(os.path.join(workdir, "metrics.json"), metrics)
     logging.info(
         "scale %.6f loss %.6g after %d steps in %.2f s",
         metrics["scale"],

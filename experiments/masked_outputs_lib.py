@@ -6,10 +6,15 @@ carries an `OutputMask` that freezes some outputs. Two modes:
 - `manual`: a constant gradient applied with `maskfit.apply_gradients` for
   `steps` steps, in one compiled loop; only the last Dense gets a gradient.
 - `fit`: `MaskedModel.fit` towards `targets` for input 1, compiled as one
-  execution of `steps` steps.
+  execution of `steps` steps (or `steps_per_execution` at a time).
 
 The prediction for input 1 is recorded after every step, inside the compiled
 code. Everything is written under `workdir`.
+
+`strategy` and `precision` name a `tf.distribute` strategy and a Keras dtype
+policy (see `maskfit.distribute`). Under any strategy but 'default', `fit`
+needs `steps_per_execution=1` and both modes need `jit_compile=False`; in
+`manual` each step runs with `strategy.run` inside the compiled loop.
 """
 
 import dataclasses
@@ -22,6 +27,7 @@ import tensorflow as tf
 
 from experiments import common
 import maskfit
+from maskfit import distribute
 from maskfit.apply import apply_gradients
 
 __all__ = ["Config", "run"]
@@ -44,6 +50,9 @@ class Config:
     backprop: bool = False
     seed: int = 0
     jit_compile: bool = False
+    steps_per_execution: int | None = None  # fit: steps per compiled call; None: all.
+    strategy: str = "default"
+    precision: str = "float32"
 
     def validate(self):
         """Raises ValueError naming the first invalid setting."""
@@ -69,6 +78,20 @@ class Config:
                 f"masked_outputs must be distinct output indices in"
                 f" {list(range(OUTPUTS))}. Received: {outputs}"
             )
+        per_call = self.steps_per_execution
+        if per_call is not None and (
+            isinstance(per_call, bool) or not isinstance(per_call, int) or per_call < 1
+        ):
+            raise ValueError(
+                "steps_per_execution must be a positive integer or None."
+                f" Received: {per_call!r}"
+            )
+        # The manual loop runs its steps with strategy.run in any strategy.
+        if self.mode == "manual":
+            per_call = 1
+        common.check_scale(
+            self.strategy, self.precision, per_call or self.steps, self.jit_compile
+        )
 
 
 def _make_model(config):
@@ -96,9 +119,10 @@ def _timed_chunks(run_steps, steps):
     }
 
 
-def _train_manual(model, head, optimizer, config):
+def _train_manual(model, head, optimizer, config, strategy):
     """Applies the constant gradient `steps` times; returns predictions per step."""
-    optimizer.build(model.trainable_variables)
+    with strategy.scope():
+        optimizer.build(model.trainable_variables)
     grads = {
         v.path: tf.fill(v.shape, tf.constant(config.constant_gradient, v.dtype))
         for v in head.trainable_variables
@@ -106,11 +130,14 @@ def _train_manual(model, head, optimizer, config):
     x = tf.ones((1, 1))
     trace = tf.Variable(tf.zeros((config.steps, OUTPUTS)), trainable=False)
 
+    def apply():
+        apply_gradients(optimizer, grads)
+
     @tf.function(jit_compile=config.jit_compile)
     def loop(offset, count):
         for step in tf.range(offset, offset + count):
-            apply_gradients(optimizer, grads)
-            trace.scatter_nd_update([[step]], model(x)[:1])
+            strategy.run(apply)
+            trace.scatter_nd_update([[step]], tf.cast(model(x)[:1], trace.dtype))
 
     times = _timed_chunks(
         lambda i, n: loop(tf.constant(i), tf.constant(n)), config.steps
@@ -127,8 +154,14 @@ class _PredictionTrace(keras.metrics.Metric):
 
     def __init__(self, steps, name="prediction_trace"):
         super().__init__(name=name)
-        self.trace = self.add_variable((steps, OUTPUTS), "zeros", name="trace")
-        self.count = self.add_variable((), "zeros", dtype="int32", name="count")
+        # Every replica sees the same rows; read the first one's record
+        # rather than the sum over replicas.
+        self.trace = self.add_variable(
+            (steps, OUTPUTS), "zeros", aggregation="only_first_replica", name="trace"
+        )
+        self.count = self.add_variable(
+            (), "zeros", dtype="int32", aggregation="only_first_replica", name="count"
+        )
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         row = tf.cast(y_pred[:1], self.trace.dtype)
@@ -144,22 +177,28 @@ class _PredictionTrace(keras.metrics.Metric):
         return self.count
 
 
-def _train_fit(model, head, optimizer, config):
-    """Runs `MaskedModel.fit`, compiled; returns predictions after each step."""
-    recorder = _PredictionTrace(config.steps)
-    model.compile(
-        optimizer=optimizer,
-        loss="mse",
-        metrics=[recorder],
-        steps_per_execution=config.steps,
-        jit_compile=config.jit_compile,
-    )
-    x = np.ones((config.steps, 1), np.float32)
-    y = np.tile(np.asarray(config.targets, np.float32), (config.steps, 1))
+def _train_fit(model, head, optimizer, config, strategy):
+    """Runs `MaskedModel.fit`, compiled; returns predictions after each step.
+
+    Each step's batch holds one copy of the example per replica, so every
+    replica gets one: the mean loss and its gradient are those of one example.
+    """
+    with strategy.scope():
+        recorder = _PredictionTrace(config.steps)
+        model.compile(
+            optimizer=optimizer,
+            loss="mse",
+            metrics=[recorder],
+            steps_per_execution=config.steps_per_execution or config.steps,
+            jit_compile=config.jit_compile,
+        )
+    batch = strategy.num_replicas_in_sync
+    x = np.ones((config.steps * batch, 1), np.float32)
+    y = np.tile(np.asarray(config.targets, np.float32), (config.steps * batch, 1))
 
     def run_steps(offset, count):
-        end = offset + count
-        model.fit(x[offset:end], y[offset:end], batch_size=1, shuffle=False, verbose=0)
+        rows = slice(offset * batch, (offset + count) * batch)
+        model.fit(x[rows], y[rows], batch_size=batch, shuffle=False, verbose=0)
 
     times = _timed_chunks(run_steps, config.steps)
     # The trace holds the prediction before each step; shift it to "after".
@@ -187,7 +226,8 @@ def run(config, workdir):
 
     Args:
       config: a `Config`.
-      workdir: the folder to write into (created if missing).
+      workdir: the folder to write into (created if missing); under
+        'multi_worker' only the chief writes.
 
     Returns:
       The metrics dict also written to `metrics.json`.
@@ -201,18 +241,23 @@ def run(config, workdir):
     """
     config.validate()
     start = time.perf_counter()
-    os.makedirs(workdir, exist_ok=True)
-    common.write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(config))
-
-    model, head = _make_model(config)
-    optimizer = common.make_optimizer(config.optimizer, config.learning_rate)
-    x = np.ones((1, 1), np.float32)
-    initial = model(x).numpy()[0]
-    masked_before = _masked_entries(head, config)
-    train = _train_manual if config.mode == "manual" else _train_fit
-    trajectory, times = train(model, head, optimizer, config)
-    final = model(x).numpy()[0]
-    change = np.abs(_masked_entries(head, config) - masked_before)
+    with common.strategy_and_precision(config.strategy, config.precision) as strategy:
+        chief = distribute.is_chief(strategy)
+        if chief:
+            os.makedirs(workdir, exist_ok=True)
+            common.write_json(
+                os.path.join(workdir, "config.json"), dataclasses.asdict(config)
+            )
+        with strategy.scope():
+            model, head = _make_model(config)
+            optimizer = common.make_optimizer(config.optimizer, config.learning_rate)
+        x = np.ones((1, 1), np.float32)
+        initial = model(x).numpy()[0]
+        masked_before = _masked_entries(head, config)
+        train = _train_manual if config.mode == "manual" else _train_fit
+        trajectory, times = train(model, head, optimizer, config, strategy)
+        final = model(x).numpy()[0]
+        change = np.abs(_masked_entries(head, config) - masked_before)
 
     metrics = {
         "mode": config.mode,
@@ -225,6 +270,7 @@ def run(config, workdir):
         **times,
         "wall_seconds": time.perf_counter() - start,
     }
-    common.write_json(os.path.join(workdir, "metrics.json"), metrics)
-    _write_events(workdir, trajectory)
+    if chief:
+        common.write_json(os.path.join(workdir, "metrics.json"), metrics)
+        _write_events(workdir, trajectory)
     return metrics
