@@ -5,10 +5,14 @@ import glob
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
+from absl import app
+from absl import flags
 from absl.testing import flagsaver
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -80,11 +84,46 @@ def test_default_config_learns_2_5(tmp_path):
         ("x_value", float("inf"), "finite number"),
         ("optimizer", "nope", "expected one of .*sgd"),
         ("seed", -1, "non-negative integer"),
+        ("strategy", "tpu", "expected one of 'default'"),
+        ("precision", "float16", "expected one of 'float32'"),
     ],
 )
 def test_config_rejects_invalid_values(field, value, message):
     with pytest.raises(ValueError, match=f"{message}.*Received: {field}="):
         Config(**{field: value})
+
+
+@pytest.mark.parametrize(
+    "changes, fix",
+    [
+        ({}, "Pass --steps_per_execution=1 --nojit_compile."),
+        ({"steps_per_execution": 1}, "Pass --nojit_compile."),
+        ({"jit_compile": False}, "Pass --steps_per_execution=1."),
+    ],
+)
+def test_config_refuses_what_keras_fails_under_a_strategy(changes, fix):
+    with pytest.raises(ValueError, match=re.escape(fix)):
+        Config(strategy="mirrored", **changes)
+
+
+@pytest.mark.parametrize(
+    "strategy, precision", [("mirrored", "float32"), ("default", "mixed_float16")]
+)
+def test_tiny_run_under_a_strategy_or_a_mixed_precision(tmp_path, strategy, precision):
+    config = dataclasses.replace(
+        TINY,
+        steps_per_execution=1,
+        jit_compile=False,
+        strategy=strategy,
+        precision=precision,
+    )
+    workdir = str(tmp_path / "run")
+    metrics = run(config, workdir)
+    with open(os.path.join(workdir, "metrics.json")) as f:
+        assert json.load(f) == metrics
+    assert set(read_scalars(workdir)) == {"loss", "scale"}
+    assert 2.0 < metrics["scales"][0] < metrics["scale"] < 2.5
+    assert keras.config.dtype_policy().name == "float32"  # Restored.
 
 
 def test_config_accepts_any_case_of_optimizer_names():
@@ -117,6 +156,25 @@ def test_cli_rejects_bad_flags_before_writing(tmp_path, flag, message):
     result = run_cli(flag, f"--workdir={workdir}")
     assert result.returncode != 0
     assert message in result.stderr
+    assert not workdir.exists()
+
+
+@pytest.mark.parametrize("flag", ["--strategy=tpu", "--precision=float16"])
+def test_flags_reject_unknown_strategy_and_precision(flag):
+    with flagsaver.flagsaver():
+        with pytest.raises(flags.IllegalFlagValueError, match="should be one of"):
+            learnable_scale.FLAGS(["learnable_scale", flag, "--workdir=unused"])
+
+
+def test_main_refuses_a_strategy_with_the_default_execution(tmp_path):
+    workdir = tmp_path / "run"
+    argv = ["learnable_scale", "--strategy=mirrored", f"--workdir={workdir}"]
+    with flagsaver.flagsaver():
+        learnable_scale.FLAGS(argv)
+        with pytest.raises(
+            app.UsageError, match="--steps_per_execution=1 --nojit_compile"
+        ):
+            learnable_scale.main(argv[:1])
     assert not workdir.exists()
 
 
