@@ -3,227 +3,23 @@
 The data is `samples` copies of x = 2 with target y = 5, so `scale` should
 go from 2.0 to 2.5 under MSE and SGD. The run writes, under `--workdir`,
 `config.json`, `metrics.json` and TensorBoard events with the loss and the
-scale per epoch.
+scale per epoch. The logic is in `learnable_scale_lib`.
 
 Usage:
   python -m experiments.learnable_scale --workdir=/tmp/learnable_scale
+  python -m experiments.learnable_scale --strategy=mirrored \
+      --steps_per_execution=1 --nojit_compile --workdir=/tmp/mirrored
 """
 
 import dataclasses
-import inspect
-import json
-import math
-import os
-import time
 
 from absl import app
 from absl import flags
-from absl import logging
-import keras
-import tensorflow as tf
 
-import maskfit
-
-
-def _optimizer_classes():
-    """Maps each keras optimizer that takes just a learning rate to its class."""
-    classes = {}
-    for name in dir(keras.optimizers):
-        cls = getattr(keras.optimizers, name)
-        if not (
-            inspect.isclass(cls)
-            and issubclass(cls, keras.optimizers.Optimizer)
-            and cls is not keras.optimizers.Optimizer
-        ):
-            continue
-        params = inspect.signature(cls).parameters
-        required = [
-            p
-            for p in params.values()
-            if p.default is inspect.Parameter.empty
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
-        # Wrappers (LossScaleOptimizer, MultiOptimizer) need other optimizers.
-        if "learning_rate" in params and not required:
-            classes[name.lower()] = cls
-    return classes
-
-
-OPTIMIZERS = _optimizer_classes()
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """One run of the experiment; the defaults reproduce the seed.
-
-    `steps_per_execution` and `jit_compile` change only how the steps are
-    run, not which: the batches, the SGD updates and their number are the
-    seed's. 125 divides the 3125 steps of an epoch, and together with XLA it
-    makes the default run about 7x faster than `fit`'s own defaults.
-    """
-
-    samples: int = 100_000
-    x_value: float = 2.0
-    target: float = 5.0
-    batch_size: int = 32
-    learning_rate: float = 0.001
-    epochs: int = 10
-    initial_scale: float = 2.0
-    optimizer: str = "sgd"
-    seed: int = 0
-    steps_per_execution: int = 125
-    jit_compile: bool = True
-
-    def __post_init__(self):
-        for name in ("samples", "batch_size", "epochs", "steps_per_execution"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"Received an invalid value for `{name}`, expected a "
-                    f"positive integer. Received: {name}={value!r}"
-                )
-        if not (
-            isinstance(self.learning_rate, (int, float))
-            and math.isfinite(self.learning_rate)
-            and self.learning_rate > 0
-        ):
-            raise ValueError(
-                "Received an invalid value for `learning_rate`, expected a "
-                f"positive number. Received: learning_rate={self.learning_rate!r}"
-            )
-        for name in ("x_value", "target", "initial_scale"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value)):
-                raise ValueError(
-                    f"Received an invalid value for `{name}`, expected a "
-                    f"finite number. Received: {name}={value!r}"
-                )
-        if self.optimizer.lower() not in OPTIMIZERS:
-            raise ValueError(
-                "Received an unknown `optimizer`, expected one of "
-                f"{', '.join(sorted(OPTIMIZERS))}. "
-                f"Received: optimizer={self.optimizer!r}"
-            )
-        if (
-            isinstance(self.seed, bool)
-            or not isinstance(self.seed, int)
-            or self.seed < 0
-        ):
-            raise ValueError(
-                "Received an invalid value for `seed`, expected a non-negative "
-                f"integer. Received: seed={self.seed!r}"
-            )
-
-
-# What `tf.summary.scalar` attaches, so TensorBoard shows these as scalars;
-# `tf.summary.scalar` itself is implemented in the tensorboard package, which
-# this experiment does not need.
-_SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
-    plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars"),
-    data_class="DATA_CLASS_SCALAR",
-)
-
-
-class _EpochSummary(keras.callbacks.Callback):
-    """Logs and writes to TensorBoard the loss and the scale after each epoch."""
-
-    def __init__(self, scale, writer):
-        super().__init__()
-        self._scale = scale
-        self._writer = writer
-        self.scales = []
-
-    def on_epoch_end(self, epoch, logs=None):
-        loss = float(logs["loss"])
-        scale = float(self._scale.numpy().reshape(-1)[0])
-        self.scales.append(scale)
-        logging.info("epoch %d loss %.6g scale %.6f", epoch + 1, loss, scale)
-        with self._writer.as_default(step=epoch + 1):
-            for tag, value in (("loss", loss), ("scale", scale)):
-                tf.summary.write(
-                    tag, tf.constant(value, tf.float32), metadata=_SCALAR_METADATA
-                )
-
-
-def _dataset(config):
-    """The seed's data: `samples` rows of x_value and target, in batches."""
-    x = tf.fill((config.samples, 1), tf.constant(config.x_value, tf.float32))
-    y = tf.fill((config.samples, 1), tf.constant(config.target, tf.float32))
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(config.batch_size)
-    return dataset.prefetch(tf.data.AUTOTUNE)
-
-
-def _write_json(path, value):
-    with open(path, "w") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
-        f.write("\n")
-
-
-def run(config, workdir):
-    """Trains the seed's model under `config`, writing everything in `workdir`.
-
-    Args:
-      config: A `Config`.
-      workdir: Directory for `config.json`, `metrics.json` and the
-        TensorBoard events; created if missing.
-
-    Returns:
-      The metrics dict also written to `metrics.json`: the final `scale` and
-      `loss`, the per-epoch `losses` and `scales`, the number of optimizer
-      `steps`, and `wall_seconds`, the time `fit` took (tracing and XLA
-      compilation included).
-    """
-    os.makedirs(workdir, exist_ok=True)
-    _write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(config))
-    keras.utils.set_random_seed(config.seed)
-
-    inputs = keras.Input((1,))
-    layer = maskfit.layers.Scale(
-        shape=(1,), initializer=keras.initializers.Constant(config.initial_scale)
-    )
-    model = maskfit.MaskedModel(inputs, layer(inputs))
-    optimizer = OPTIMIZERS[config.optimizer.lower()](learning_rate=config.learning_rate)
-    model.compile(
-        optimizer=optimizer,
-        loss="mse",
-        steps_per_execution=config.steps_per_execution,
-        jit_compile=config.jit_compile,
-    )
-
-    writer = tf.summary.create_file_writer(workdir)
-    summary = _EpochSummary(layer.scale, writer)
-    try:
-        start = time.perf_counter()
-        history = model.fit(
-            _dataset(config),
-            epochs=config.epochs,
-            callbacks=[summary],
-            shuffle=False,
-            verbose=0,
-        )
-        wall_seconds = time.perf_counter() - start
-    finally:
-        writer.close()
-
-    losses = [float(v) for v in history.history["loss"]]
-    metrics = {
-        "scale": summary.scales[-1],
-        "loss": losses[-1],
-        "losses": losses,
-        "scales": summary.scales,
-        "steps": int(optimizer.iterations.numpy()),
-        "wall_seconds": wall_seconds,
-    }
-    _write_json(os.path.join(workdir, "metrics.json"), metrics)
-    logging.info(
-        "scale %.6f loss %.6g after %d steps in %.2f s",
-        metrics["scale"],
-        metrics["loss"],
-        metrics["steps"],
-        wall_seconds,
-    )
-    return metrics
-
+from experiments import common
+from experiments.learnable_scale_lib import Config
+from experiments.learnable_scale_lib import run
+from maskfit import distribute
 
 _DEFAULTS = Config()
 
@@ -237,7 +33,7 @@ flags.DEFINE_float("initial_scale", _DEFAULTS.initial_scale, "Scale's start.")
 flags.DEFINE_string(
     "optimizer",
     _DEFAULTS.optimizer,
-    f"A keras.optimizers name: {', '.join(sorted(OPTIMIZERS))}.",
+    f"A keras.optimizers name: {', '.join(sorted(common.OPTIMIZERS))}.",
 )
 flags.DEFINE_integer("seed", _DEFAULTS.seed, "Random seed.")
 flags.DEFINE_integer(
@@ -246,6 +42,9 @@ flags.DEFINE_integer(
     "Steps per compiled call; 1 is fit's default. Same updates either way.",
 )
 flags.DEFINE_bool("jit_compile", _DEFAULTS.jit_compile, "Compile the step with XLA.")
+# --strategy and --precision; any strategy but 'default' needs
+# --steps_per_execution=1 --nojit_compile.
+distribute.define_scale_flags()
 flags.DEFINE_string("workdir", None, "Directory for the run's outputs.")
 flags.mark_flag_as_required("workdir")
 

@@ -4,6 +4,8 @@ Examples:
 
   python -m experiments.masked_outputs --mode=manual --workdir=/tmp/manual
   python -m experiments.masked_outputs --mode=fit --backprop --workdir=/tmp/fit
+  python -m experiments.masked_outputs --strategy=mirrored \
+      --precision=mixed_float16 --workdir=/tmp/mirrored
 """
 
 from absl import app
@@ -12,6 +14,7 @@ from absl import logging
 
 from experiments.masked_outputs_lib import Config
 from experiments.masked_outputs_lib import run
+from maskfit import distribute
 
 _MODE = flags.DEFINE_enum(
     "mode",
@@ -37,6 +40,14 @@ _JIT = flags.DEFINE_bool(
     False,
     "Also compile with XLA (recompiles per loop length; slower on CPU).",
 )
+_STEPS_PER_EXECUTION = flags.DEFINE_integer(
+    "steps_per_execution",
+    None,
+    "fit: steps per compiled call (default: all); must be 1 under a strategy.",
+)
+# Any strategy but 'default' needs --nojit_compile, and in fit mode
+# --steps_per_execution=1.
+_STRATEGY, _PRECISION = distribute.define_scale_flags()
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where to write the results.")
 flags.mark_flag_as_required("workdir")
 
@@ -58,6 +69,9 @@ def _config_from_flags():
         backprop=_BACKPROP.value,
         seed=_SEED.value,
         jit_compile=_JIT.value,
+        steps_per_execution=_STEPS_PER_EXECUTION.value,
+        strategy=_STRATEGY.value,
+        precision=_PRECISION.value,
     )
     try:
         config.validate()

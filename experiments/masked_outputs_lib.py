@@ -6,40 +6,34 @@ carries an `OutputMask` that freezes some outputs. Two modes:
 - `manual`: a constant gradient applied with `maskfit.apply_gradients` for
   `steps` steps, in one compiled loop; only the last Dense gets a gradient.
 - `fit`: `MaskedModel.fit` towards `targets` for input 1, compiled as one
-  execution of `steps` steps.
+  execution of `steps` steps (or `steps_per_execution` at a time).
 
 The prediction for input 1 is recorded after every step, inside the compiled
 code. Everything is written under `workdir`.
+
+`strategy` and `precision` name a `tf.distribute` strategy and a Keras dtype
+policy (see `maskfit.distribute`). Under any strategy but 'default', `fit`
+needs `steps_per_execution=1` and both modes need `jit_compile=False`; in
+`manual` each step runs with `strategy.run` inside the compiled loop.
 """
 
 import dataclasses
-import json
 import os
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
 
+from experiments import common
 import maskfit
+from maskfit import distribute
 from maskfit.apply import apply_gradients
 
-__all__ = ["Config", "run", "optimizer_names"]
+__all__ = ["Config", "run"]
 
 MODES = ("manual", "fit")
 OUTPUTS = 2
-
-
-def optimizer_names():
-    """Lower-case names of the optimizers in `keras.optimizers`."""
-    return sorted(
-        name.lower()
-        for name, cls in vars(keras.optimizers).items()
-        if isinstance(cls, type)
-        and issubclass(cls, keras.optimizers.Optimizer)
-        and cls not in (keras.optimizers.Optimizer, keras.optimizers.LossScaleOptimizer)
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +50,9 @@ class Config:
     backprop: bool = False
     seed: int = 0
     jit_compile: bool = False
+    steps_per_execution: int | None = None  # fit: steps per compiled call; None: all.
+    strategy: str = "default"
+    precision: str = "float32"
 
     def validate(self):
         """Raises ValueError naming the first invalid setting."""
@@ -69,11 +66,7 @@ class Config:
             raise ValueError(
                 f"learning_rate must be positive. Received: {self.learning_rate}"
             )
-        if self.optimizer.lower() not in optimizer_names():
-            raise ValueError(
-                f"Unknown optimizer {self.optimizer!r}; known ones are"
-                f" {optimizer_names()}."
-            )
+        common.check_optimizer(self.optimizer)
         if len(self.targets) != OUTPUTS:
             raise ValueError(
                 f"targets must have {OUTPUTS} values, one per output. Received:"
@@ -85,6 +78,20 @@ class Config:
                 f"masked_outputs must be distinct output indices in"
                 f" {list(range(OUTPUTS))}. Received: {outputs}"
             )
+        per_call = self.steps_per_execution
+        if per_call is not None and (
+            isinstance(per_call, bool) or not isinstance(per_call, int) or per_call < 1
+        ):
+            raise ValueError(
+                "steps_per_execution must be a positive integer or None."
+                f" Received: {per_call!r}"
+            )
+        # The manual loop runs its steps with strategy.run in any strategy.
+        if self.mode == "manual":
+            per_call = 1
+        common.check_scale(
+            self.strategy, self.precision, per_call or self.steps, self.jit_compile
+        )
 
 
 def _make_model(config):
@@ -97,12 +104,6 @@ def _make_model(config):
     x = keras.layers.Activation("relu")(x)
     outputs = keras.layers.Activation("linear")(head(x))
     return maskfit.MaskedModel(inputs, outputs), head
-
-
-def _make_optimizer(config):
-    by_name = {name.lower(): name for name in vars(keras.optimizers)}
-    cls = getattr(keras.optimizers, by_name[config.optimizer.lower()])
-    return cls(learning_rate=config.learning_rate)
 
 
 def _timed_chunks(run_steps, steps):
@@ -118,9 +119,10 @@ def _timed_chunks(run_steps, steps):
     }
 
 
-def _train_manual(model, head, optimizer, config):
+def _train_manual(model, head, optimizer, config, strategy):
     """Applies the constant gradient `steps` times; returns predictions per step."""
-    optimizer.build(model.trainable_variables)
+    with strategy.scope():
+        optimizer.build(model.trainable_variables)
     grads = {
         v.path: tf.fill(v.shape, tf.constant(config.constant_gradient, v.dtype))
         for v in head.trainable_variables
@@ -128,11 +130,14 @@ def _train_manual(model, head, optimizer, config):
     x = tf.ones((1, 1))
     trace = tf.Variable(tf.zeros((config.steps, OUTPUTS)), trainable=False)
 
+    def apply():
+        apply_gradients(optimizer, grads)
+
     @tf.function(jit_compile=config.jit_compile)
     def loop(offset, count):
         for step in tf.range(offset, offset + count):
-            apply_gradients(optimizer, grads)
-            trace.scatter_nd_update([[step]], model(x)[:1])
+            strategy.run(apply)
+            trace.scatter_nd_update([[step]], tf.cast(model(x)[:1], trace.dtype))
 
     times = _timed_chunks(
         lambda i, n: loop(tf.constant(i), tf.constant(n)), config.steps
@@ -149,8 +154,14 @@ class _PredictionTrace(keras.metrics.Metric):
 
     def __init__(self, steps, name="prediction_trace"):
         super().__init__(name=name)
-        self.trace = self.add_variable((steps, OUTPUTS), "zeros", name="trace")
-        self.count = self.add_variable((), "zeros", dtype="int32", name="count")
+        # Every replica sees the same rows; read the first one's record
+        # rather than the sum over replicas.
+        self.trace = self.add_variable(
+            (steps, OUTPUTS), "zeros", aggregation="only_first_replica", name="trace"
+        )
+        self.count = self.add_variable(
+            (), "zeros", dtype="int32", aggregation="only_first_replica", name="count"
+        )
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         row = tf.cast(y_pred[:1], self.trace.dtype)
@@ -166,22 +177,28 @@ class _PredictionTrace(keras.metrics.Metric):
         return self.count
 
 
-def _train_fit(model, head, optimizer, config):
-    """Runs `MaskedModel.fit`, compiled; returns predictions after each step."""
-    recorder = _PredictionTrace(config.steps)
-    model.compile(
-        optimizer=optimizer,
-        loss="mse",
-        metrics=[recorder],
-        steps_per_execution=config.steps,
-        jit_compile=config.jit_compile,
-    )
-    x = np.ones((config.steps, 1), np.float32)
-    y = np.tile(np.asarray(config.targets, np.float32), (config.steps, 1))
+def _train_fit(model, head, optimizer, config, strategy):
+    """Runs `MaskedModel.fit`, compiled; returns predictions after each step.
+
+    Each step's batch holds one copy of the example per replica, so every
+    replica gets one: the mean loss and its gradient are those of one example.
+    """
+    with strategy.scope():
+        recorder = _PredictionTrace(config.steps)
+        model.compile(
+            optimizer=optimizer,
+            loss="mse",
+            metrics=[recorder],
+            steps_per_execution=config.steps_per_execution or config.steps,
+            jit_compile=config.jit_compile,
+        )
+    batch = strategy.num_replicas_in_sync
+    x = np.ones((config.steps * batch, 1), np.float32)
+    y = np.tile(np.asarray(config.targets, np.float32), (config.steps * batch, 1))
 
     def run_steps(offset, count):
-        end = offset + count
-        model.fit(x[offset:end], y[offset:end], batch_size=1, shuffle=False, verbose=0)
+        rows = slice(offset * batch, (offset + count) * batch)
+        model.fit(x[rows], y[rows], batch_size=batch, shuffle=False, verbose=0)
 
     times = _timed_chunks(run_steps, config.steps)
     # The trace holds the prediction before each step; shift it to "after".
@@ -196,22 +213,11 @@ def _masked_entries(head, config):
 
 
 def _write_events(workdir, trajectory):
-    """Writes TensorBoard scalars without needing the tensorboard package.
-
-    `tf.summary.scalar` lives in tensorboard, which tensorflow 2.21 does not
-    install; `tf.summary.write` with the scalars plugin's metadata writes the
-    same events.
-    """
-    metadata = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-        data_class=summary_pb2.DATA_CLASS_SCALAR,
-    ).SerializeToString()
+    """Writes the prediction of each output after each step as TensorBoard scalars."""
     writer = tf.summary.create_file_writer(os.path.join(workdir, "tensorboard"))
-    with writer.as_default():
-        for step, row in enumerate(trajectory, start=1):
-            for k, value in enumerate(row):
-                tag = f"prediction/output_{k}"
-                tf.summary.write(tag, float(value), step=step, metadata=metadata)
+    for step, row in enumerate(trajectory, start=1):
+        scalars = {f"prediction/output_{k}": float(v) for k, v in enumerate(row)}
+        common.write_scalars(writer, step, scalars)
     writer.close()
 
 
@@ -220,7 +226,8 @@ def run(config, workdir):
 
     Args:
       config: a `Config`.
-      workdir: the folder to write into (created if missing).
+      workdir: the folder to write into (created if missing); under
+        'multi_worker' only the chief writes.
 
     Returns:
       The metrics dict also written to `metrics.json`.
@@ -234,19 +241,23 @@ def run(config, workdir):
     """
     config.validate()
     start = time.perf_counter()
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump(dataclasses.asdict(config), f, indent=2)
-
-    model, head = _make_model(config)
-    optimizer = _make_optimizer(config)
-    x = np.ones((1, 1), np.float32)
-    initial = model(x).numpy()[0]
-    masked_before = _masked_entries(head, config)
-    train = _train_manual if config.mode == "manual" else _train_fit
-    trajectory, times = train(model, head, optimizer, config)
-    final = model(x).numpy()[0]
-    change = np.abs(_masked_entries(head, config) - masked_before)
+    with common.strategy_and_precision(config.strategy, config.precision) as strategy:
+        chief = distribute.is_chief(strategy)
+        if chief:
+            os.makedirs(workdir, exist_ok=True)
+            common.write_json(
+                os.path.join(workdir, "config.json"), dataclasses.asdict(config)
+            )
+        with strategy.scope():
+            model, head = _make_model(config)
+            optimizer = common.make_optimizer(config.optimizer, config.learning_rate)
+        x = np.ones((1, 1), np.float32)
+        initial = model(x).numpy()[0]
+        masked_before = _masked_entries(head, config)
+        train = _train_manual if config.mode == "manual" else _train_fit
+        trajectory, times = train(model, head, optimizer, config, strategy)
+        final = model(x).numpy()[0]
+        change = np.abs(_masked_entries(head, config) - masked_before)
 
     metrics = {
         "mode": config.mode,
@@ -259,7 +270,7 @@ def run(config, workdir):
         **times,
         "wall_seconds": time.perf_counter() - start,
     }
-    with open(os.path.join(workdir, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
-    _write_events(workdir, trajectory)
+    if chief:
+        common.write_json(os.path.join(workdir, "metrics.json"), metrics)
+        _write_events(workdir, trajectory)
     return metrics

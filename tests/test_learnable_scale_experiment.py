@@ -1,24 +1,31 @@
-"""Tests for experiments/learnable_scale.py: a tiny run, the default, the CLI."""
+"""Tests for experiments/learnable_scale{,_lib}.py: a tiny run, the default, the CLI."""
 
 import dataclasses
 import glob
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
+from absl import app
+from absl import flags
 from absl.testing import flagsaver
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from experiments import common
 from experiments import learnable_scale
+from experiments.learnable_scale_lib import Config
+from experiments.learnable_scale_lib import run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # 8 steps an epoch, run 3 at a time: the last call of each epoch is short.
-TINY = learnable_scale.Config(
+TINY = Config(
     samples=256, batch_size=32, epochs=3, learning_rate=0.01, steps_per_execution=3
 )
 
@@ -38,7 +45,7 @@ def read_scalars(workdir):
 
 def test_tiny_run_writes_config_metrics_and_events(tmp_path):
     workdir = str(tmp_path / "run")
-    metrics = learnable_scale.run(TINY, workdir)
+    metrics = run(TINY, workdir)
 
     with open(os.path.join(workdir, "config.json")) as f:
         assert json.load(f) == dataclasses.asdict(TINY)
@@ -60,7 +67,7 @@ def test_tiny_run_writes_config_metrics_and_events(tmp_path):
 
 
 def test_default_config_learns_2_5(tmp_path):
-    metrics = learnable_scale.run(learnable_scale.Config(), str(tmp_path))
+    metrics = run(Config(), str(tmp_path))
     np.testing.assert_allclose(metrics["scale"], 2.5, atol=1e-3)
     assert metrics["steps"] == 10 * 100_000 // 32  # The seed's 31250 steps.
 
@@ -77,16 +84,51 @@ def test_default_config_learns_2_5(tmp_path):
         ("x_value", float("inf"), "finite number"),
         ("optimizer", "nope", "expected one of .*sgd"),
         ("seed", -1, "non-negative integer"),
+        ("strategy", "tpu", "expected one of 'default'"),
+        ("precision", "float16", "expected one of 'float32'"),
     ],
 )
 def test_config_rejects_invalid_values(field, value, message):
     with pytest.raises(ValueError, match=f"{message}.*Received: {field}="):
-        learnable_scale.Config(**{field: value})
+        Config(**{field: value})
+
+
+@pytest.mark.parametrize(
+    "changes, fix",
+    [
+        ({}, "Pass --steps_per_execution=1 --nojit_compile."),
+        ({"steps_per_execution": 1}, "Pass --nojit_compile."),
+        ({"jit_compile": False}, "Pass --steps_per_execution=1."),
+    ],
+)
+def test_config_refuses_what_keras_fails_under_a_strategy(changes, fix):
+    with pytest.raises(ValueError, match=re.escape(fix)):
+        Config(strategy="mirrored", **changes)
+
+
+@pytest.mark.parametrize(
+    "strategy, precision", [("mirrored", "float32"), ("default", "mixed_float16")]
+)
+def test_tiny_run_under_a_strategy_or_a_mixed_precision(tmp_path, strategy, precision):
+    config = dataclasses.replace(
+        TINY,
+        steps_per_execution=1,
+        jit_compile=False,
+        strategy=strategy,
+        precision=precision,
+    )
+    workdir = str(tmp_path / "run")
+    metrics = run(config, workdir)
+    with open(os.path.join(workdir, "metrics.json")) as f:
+        assert json.load(f) == metrics
+    assert set(read_scalars(workdir)) == {"loss", "scale"}
+    assert 2.0 < metrics["scales"][0] < metrics["scale"] < 2.5
+    assert keras.config.dtype_policy().name == "float32"  # Restored.
 
 
 def test_config_accepts_any_case_of_optimizer_names():
-    assert {"sgd", "adam", "adamw", "rmsprop"} <= set(learnable_scale.OPTIMIZERS)
-    learnable_scale.Config(optimizer="SGD")
+    assert {"sgd", "adam", "adamw", "rmsprop"} <= set(common.OPTIMIZERS)
+    Config(optimizer="SGD")
 
 
 def run_cli(*args):
@@ -117,6 +159,25 @@ def test_cli_rejects_bad_flags_before_writing(tmp_path, flag, message):
     assert not workdir.exists()
 
 
+@pytest.mark.parametrize("flag", ["--strategy=tpu", "--precision=float16"])
+def test_flags_reject_unknown_strategy_and_precision(flag):
+    with flagsaver.flagsaver():
+        with pytest.raises(flags.IllegalFlagValueError, match="should be one of"):
+            learnable_scale.FLAGS(["learnable_scale", flag, "--workdir=unused"])
+
+
+def test_main_refuses_a_strategy_with_the_default_execution(tmp_path):
+    workdir = tmp_path / "run"
+    argv = ["learnable_scale", "--strategy=mirrored", f"--workdir={workdir}"]
+    with flagsaver.flagsaver():
+        learnable_scale.FLAGS(argv)
+        with pytest.raises(
+            app.UsageError, match="--steps_per_execution=1 --nojit_compile"
+        ):
+            learnable_scale.main(argv[:1])
+    assert not workdir.exists()
+
+
 def test_main_turns_flags_into_config_and_logs_each_epoch(tmp_path, caplog):
     # In-process: the subprocess tests above already cover app.run(main).
     workdir = tmp_path / "run"
@@ -137,7 +198,7 @@ def test_main_turns_flags_into_config_and_logs_each_epoch(tmp_path, caplog):
         config = json.load(f)
     assert config == dataclasses.asdict(
         dataclasses.replace(
-            learnable_scale.Config(),
+            Config(),
             samples=64,
             epochs=2,
             optimizer="adam",

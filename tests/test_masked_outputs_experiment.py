@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 
@@ -67,6 +68,29 @@ def test_backprop_keeps_output_1_loss_out_of_the_hidden_layer(tmp_path):
     )
 
 
+@pytest.mark.parametrize("mode", ["manual", "fit"])
+@pytest.mark.parametrize(
+    "strategy, precision", [("mirrored", "float32"), ("default", "mixed_float16")]
+)
+def test_runs_under_a_strategy_or_a_mixed_precision(
+    tmp_path, mode, strategy, precision
+):
+    per_call = 1 if strategy != "default" else None
+    config = Config(
+        mode=mode,
+        steps=5,
+        learning_rate=0.05,
+        steps_per_execution=per_call,
+        strategy=strategy,
+        precision=precision,
+    )
+    metrics = run(config, str(tmp_path))
+    assert _check_files(str(tmp_path), config) == metrics
+    assert metrics["masked_max_abs_change"] == 0.0
+    assert metrics["final_prediction"][0] != metrics["initial_prediction"][0]
+    assert keras.config.dtype_policy().name == "float32"  # Restored.
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -76,6 +100,11 @@ def test_backprop_keeps_output_1_loss_out_of_the_hidden_layer(tmp_path):
         {"mode": "eager"},
         {"targets": (1.0,)},
         {"masked_outputs": (2,)},
+        {"steps_per_execution": 0},
+        {"strategy": "tpu"},
+        {"precision": "float16"},
+        {"strategy": "mirrored", "jit_compile": True},
+        {"strategy": "mirrored", "mode": "fit"},
     ],
 )
 def test_invalid_config_is_rejected_before_writing(tmp_path, change):
@@ -91,11 +120,13 @@ def test_invalid_config_is_rejected_before_writing(tmp_path, change):
         ("--steps=0", "steps must be a positive integer"),
         ("--optimizer=adamm", "known ones are"),
         ("--targets=1", "targets must have 2 values"),
+        ("--precision=float16", "value should be one of"),
+        ("--strategy=mirrored --jit_compile", "Pass --nojit_compile."),
     ],
 )
 def test_bad_flag_is_a_usage_error(tmp_path, flag, message):
     workdir = tmp_path / "run"
-    command = [sys.executable, "-m", "experiments.masked_outputs", flag]
+    command = [sys.executable, "-m", "experiments.masked_outputs", *flag.split()]
     env = {**os.environ, "PYTHONPATH": _ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
     result = subprocess.run(
         command + [f"--workdir={workdir}"],

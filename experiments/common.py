@@ -1,0 +1,164 @@
+"""What the experiments share: optimizers by name, scale settings, JSON and scalars.
+
+Each experiment's `Config` checks its optimizer with `check_optimizer` and its
+`strategy` and `precision` with `check_scale`; its `run` makes the optimizer
+with `make_optimizer`, trains inside `strategy_and_precision`, and writes its
+outputs with `write_json` and `write_scalars`.
+"""
+
+import contextlib
+import functools
+import inspect
+import json
+
+import keras
+import tensorflow as tf
+
+from maskfit import distribute
+
+__all__ = [
+    "OPTIMIZERS",
+    "SCALAR_METADATA",
+    "check_optimizer",
+    "check_scale",
+    "make_optimizer",
+    "strategy_and_precision",
+    "write_json",
+    "write_scalars",
+]
+
+
+def _optimizer_classes():
+    """Maps each keras optimizer that takes just a learning rate to its class."""
+    classes = {}
+    for name in dir(keras.optimizers):
+        cls = getattr(keras.optimizers, name)
+        if not (
+            inspect.isclass(cls)
+            and issubclass(cls, keras.optimizers.Optimizer)
+            and cls is not keras.optimizers.Optimizer
+        ):
+            continue
+        params = inspect.signature(cls).parameters
+        required = [
+            p
+            for p in params.values()
+            if p.default is inspect.Parameter.empty
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        # Wrappers (LossScaleOptimizer, MultiOptimizer) need other optimizers.
+        if "learning_rate" in params and not required:
+            classes[name.lower()] = cls
+    return classes
+
+
+# Lower-case name -> class, for every optimizer `make_optimizer` can make.
+OPTIMIZERS = _optimizer_classes()
+
+
+def check_optimizer(name):
+    """Raises ValueError unless `name` is in `OPTIMIZERS`, in any case."""
+    if not isinstance(name, str) or name.lower() not in OPTIMIZERS:
+        raise ValueError(
+            "Received an unknown `optimizer`, expected one of the keras.optimizers"
+            f" names (known ones are {', '.join(sorted(OPTIMIZERS))})."
+            f" Received: optimizer={name!r}"
+        )
+
+
+def make_optimizer(name, learning_rate):
+    """Returns a new `keras.optimizers` optimizer called `name` (any case).
+
+    Raises:
+      ValueError: if `name` is not in `OPTIMIZERS`; the message lists them.
+    """
+    check_optimizer(name)
+    return OPTIMIZERS[name.lower()](learning_rate=learning_rate)
+
+
+def check_scale(strategy, precision, steps_per_execution, jit_compile):
+    """Raises ValueError for an unknown strategy or precision, or one Keras fails.
+
+    Under `tf.distribute` on CPUs, Keras 3.15 fails with `steps_per_execution`
+    above 1 and with `jit_compile=True` (docs/distributed.md), so any strategy
+    but 'default' is refused with those, naming the flags that fix it.
+    """
+    for what, value, valid in (
+        ("strategy", strategy, distribute.STRATEGIES),
+        ("precision", precision, distribute.PRECISIONS),
+    ):
+        if value not in valid:
+            raise ValueError(
+                f"Received an invalid value for `{what}`, expected one of"
+                f" {', '.join(repr(v) for v in valid)}. Received: {what}={value!r}"
+            )
+    if strategy == "default":
+        return
+    fixes = []
+    if steps_per_execution != 1:
+        fixes.append("--steps_per_execution=1")
+    if jit_compile:
+        fixes.append("--nojit_compile")
+    if fixes:
+        raise ValueError(
+            f"strategy={strategy!r} needs steps_per_execution=1 and"
+            " jit_compile=False: under tf.distribute on CPUs Keras fails with"
+            " more steps per execution or with XLA. Received:"
+            f" steps_per_execution={steps_per_execution!r},"
+            f" jit_compile={jit_compile!r}. Pass {' '.join(fixes)}."
+        )
+
+
+@functools.cache
+def _shared_strategy(name):
+    return distribute.make_strategy(name)
+
+
+@contextlib.contextmanager
+def strategy_and_precision(strategy, precision):
+    """Sets the dtype policy `precision` and yields the strategy `strategy`.
+
+    The strategy is made first, as `MultiWorkerMirroredStrategy` must be made
+    before other TensorFlow work, and only once per process: a second run in
+    the same process reuses it. (A second `MultiWorkerMirroredStrategy`
+    cannot be made, and a second `MirroredStrategy` over several devices
+    reuses the first one's collective keys, so its all-reduces fail with
+    "Shape mismatch in the collective instance".) Build and compile the model
+    under the yielded strategy's `scope()`. The previous dtype policy comes
+    back on exit.
+    """
+    if strategy == "default":
+        # The current strategy: not cached, as it depends on the scope.
+        made = distribute.make_strategy(strategy)
+    else:
+        made = _shared_strategy(strategy)
+    previous = distribute.set_precision(precision)
+    try:
+        yield made
+    finally:
+        distribute.set_precision(previous)
+
+
+def write_json(path, value):
+    """Writes `value` to `path` as indented JSON with sorted keys."""
+    with open(path, "w") as f:
+        json.dump(value, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+# What `tf.summary.scalar` attaches, so TensorBoard shows these as scalars;
+# `tf.summary.scalar` itself lives in the tensorboard package, which
+# tensorflow 2.21 does not install.
+SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
+    plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars"),
+    data_class="DATA_CLASS_SCALAR",
+)
+
+
+def write_scalars(writer, step, scalars):
+    """Writes each `{tag: value}` of `scalars` at `step` as a TensorBoard scalar."""
+    with writer.as_default(step=step):
+        for tag, value in scalars.items():
+            tf.summary.write(
+                tag, tf.constant(value, tf.float32), metadata=SCALAR_METADATA
+            )
