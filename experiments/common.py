@@ -7,7 +7,6 @@ outputs with `write_json` and `write_scalars`.
 """
 
 import contextlib
-import functools
 import inspect
 import json
 
@@ -109,29 +108,16 @@ def check_scale(strategy, precision, steps_per_execution, jit_compile):
         )
 
 
-@functools.cache
-def _shared_strategy(name):
-    return distribute.make_strategy(name)
-
-
 @contextlib.contextmanager
 def strategy_and_precision(strategy, precision):
     """Sets the dtype policy `precision` and yields the strategy `strategy`.
 
     The strategy is made first, as `MultiWorkerMirroredStrategy` must be made
-    before other TensorFlow work, and only once per process: a second run in
-    the same process reuses it. (A second `MultiWorkerMirroredStrategy`
-    cannot be made, and a second `MirroredStrategy` over several devices
-    reuses the first one's collective keys, so its all-reduces fail with
-    "Shape mismatch in the collective instance".) Build and compile the model
-    under the yielded strategy's `scope()`. The previous dtype policy comes
-    back on exit.
+    before other TensorFlow work (`make_strategy` makes each one once per
+    process). Build and compile the model under the yielded strategy's
+    `scope()`. The previous dtype policy comes back on exit.
     """
-    if strategy == "default":
-        # The current strategy: not cached, as it depends on the scope.
-        made = distribute.make_strategy(strategy)
-    else:
-        made = _shared_strategy(strategy)
+    made = distribute.make_strategy(strategy)
     previous = distribute.set_precision(precision)
     try:
         yield made

@@ -51,6 +51,8 @@ def make_strategy(name, logical_devices=None):
 
     Returns:
       A `tf.distribute.Strategy`; build and compile models under its `scope()`.
+      Each non-default strategy is made once per process and returned again
+      by later calls with the same arguments.
 
     Raises:
       ValueError: for an unknown `name`, or `logical_devices` that is not a
@@ -83,6 +85,20 @@ def make_strategy(name, logical_devices=None):
             )
     if name == "default":
         return tf.distribute.get_strategy()
+    key = (name, logical_devices)
+    if key not in _made:
+        _made[key] = _new_strategy(name, logical_devices)
+    return _made[key]
+
+
+# Strategies made so far, reused: a second MultiWorkerMirroredStrategy cannot
+# be made in one process, and a second MirroredStrategy over several devices
+# reuses the first one's collective keys, so its all-reduces fail with "Shape
+# mismatch in the collective instance".
+_made = {}
+
+
+def _new_strategy(name, logical_devices):
     if name == "multi_worker":
         return _MultiWorkerMirroredStrategy()
     if logical_devices is None:
