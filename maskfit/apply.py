@@ -1,4 +1,4 @@
-"""`apply_gradients`: hand-made gradients to an optimizer, checked first, masks honoured."""
+"""`apply_gradients`: hand-made gradients, checked before any update, masks honoured."""
 
 import difflib
 import warnings

@@ -1,4 +1,4 @@
-"""Masks in a model's config: written by `get_config`, checked whole and set by `from_config`."""
+"""Masks in a model config: written by `get_config`, checked whole by `from_config`."""
 
 import difflib
 

@@ -1,4 +1,4 @@
-"""The masking stage of a training step: mask gradients, apply, keep frozen entries exact."""
+"""The masking stage of a step: mask gradients, apply, keep frozen entries exact."""
 
 import keras
 import numpy as np
@@ -111,8 +111,8 @@ class GradientMasker:
 
     In the step, `begin_step` selects each scheduled mask; `mask_gradients`
     zeroes (or scales) the gradient entries of masked units or entries with
-    `multiply_no_nan`, so NaN or Inf there never spreads, and clipping sees only what
-    may learn. `apply` runs the optimizer and, for every optimizer that can
+    `multiply_no_nan`, so NaN or Inf there never spreads, and clipping sees
+    only what may learn. `apply` runs the optimizer and, for every optimizer that can
     move a zero-gradient entry (weight decay, momentum, Adam history, EMA,
     constraints...), restores each frozen entry from a snapshot taken just
     before, so it stays bit-identical.
@@ -169,9 +169,7 @@ class GradientMasker:
         slots = plan.plan_masks(self._layer_specs(), self._variables)
         for key, slot in self._slots.items():
             if key not in slots:
-                slots[key] = slot._replace(
-                    table=np.ones_like(slot.table)[:1].repeat(len(slot.table), 0)
-                )
+                slots[key] = slot._replace(table=np.ones_like(slot.table))
         step = int(self._step())
         retrace = False
         for key, slot in slots.items():

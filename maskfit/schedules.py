@@ -89,7 +89,8 @@ class PiecewiseMask(specs.GradMaskSpec):
         return cls(**config)
 
     def __repr__(self):
-        return f"PiecewiseMask(boundaries={list(self.boundaries)}, specs={list(self.specs)})"
+        boundaries, specs = list(self.boundaries), list(self.specs)
+        return f"PiecewiseMask(boundaries={boundaries}, specs={specs})"
 
 
 def _check_boundaries(boundaries):
