@@ -89,8 +89,8 @@ class PiecewiseMask(specs.GradMaskSpec):
         return cls(**config)
 
     def __repr__(self):
-        boundaries, specs = list(self.boundaries), list(self.specs)
-        return f"PiecewiseMask(boundaries={boundaries}, specs={specs})"
+        boundaries, intervals = list(self.boundaries), list(self.specs)
+        return f"PiecewiseMask(boundaries={boundaries}, specs={intervals})"
 
 
 def _check_boundaries(boundaries):
