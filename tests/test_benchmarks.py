@@ -79,3 +79,16 @@ def test_format_table_has_a_line_per_row(tmp_path):
         )
     ]
     assert len(harness.format_table(rows).splitlines()) == 2
+
+
+def test_seed_scenarios_run_tiny_and_agree_with_the_seeds():
+    from benchmarks import seed_scenarios
+
+    seed_seconds, seed_scale = seed_scenarios.seed_learnable_scale(samples=4000)
+    ours_seconds, ours_scale = seed_scenarios.ours_learnable_scale(1, samples=4000)
+    assert seed_seconds > 0 and ours_seconds > 0
+    # The same SGD steps on the same batches: the same learned scale.
+    assert abs(ours_scale - seed_scale) < 1e-5 and 2.0 < ours_scale <= 2.5
+    assert seed_scenarios.seed_manual(3) > 0 and seed_scenarios.seed_tape(3) > 0
+    end_to_end, per_step = seed_scenarios.ours("fit", 3, 1)
+    assert end_to_end > per_step > 0
