@@ -82,7 +82,7 @@ def test_format_table_has_a_line_per_row(tmp_path):
 
 
 def test_seed_scenarios_run_tiny_and_agree_with_the_seeds():
-    from benchmarks import seed_scenarios
+    from benchmarks import seed_runs as seed_scenarios
 
     seed_seconds, seed_scale = seed_scenarios.seed_learnable_scale(samples=4000)
     ours_seconds, ours_scale = seed_scenarios.ours_learnable_scale(1, samples=4000)

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import keras
-import numpy as np
 import pytest
 
 from experiments.masked_outputs_lib import Config
