@@ -7,8 +7,10 @@ outputs with `write_json` and `write_scalars`.
 """
 
 import contextlib
+import dataclasses
 import inspect
 import json
+import os
 
 import keras
 import tensorflow as tf
@@ -20,6 +22,7 @@ __all__ = [
     "SCALAR_METADATA",
     "check_optimizer",
     "check_scale",
+    "experiment_run",
     "make_optimizer",
     "strategy_and_precision",
     "write_json",
@@ -123,6 +126,22 @@ def strategy_and_precision(strategy, precision):
         yield made
     finally:
         distribute.set_precision(previous)
+
+
+@contextlib.contextmanager
+def experiment_run(config, workdir):
+    """Yields `(strategy, chief)` for a run of `config`, its config written first.
+
+    Trains under `config.strategy` and `config.precision` (see
+    `strategy_and_precision`); the chief makes `workdir` and writes
+    `config.json` there before anything else.
+    """
+    with strategy_and_precision(config.strategy, config.precision) as strategy:
+        chief = distribute.is_chief(strategy)
+        if chief:
+            os.makedirs(workdir, exist_ok=True)
+            write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(config))
+        yield strategy, chief
 
 
 def write_json(path, value):

@@ -17,7 +17,6 @@ import tensorflow as tf
 
 from experiments import common
 import maskfit
-from maskfit import distribute
 
 __all__ = ["Config", "run"]
 
@@ -130,13 +129,7 @@ def run(config, workdir):
       `steps`, and `wall_seconds`, the time `fit` took (tracing and XLA
       compilation included).
     """
-    with common.strategy_and_precision(config.strategy, config.precision) as strategy:
-        chief = distribute.is_chief(strategy)
-        if chief:
-            os.makedirs(workdir, exist_ok=True)
-            common.write_json(
-                os.path.join(workdir, "config.json"), dataclasses.asdict(config)
-            )
+    with common.experiment_run(config, workdir) as (strategy, chief):
         keras.utils.set_random_seed(config.seed)
 
         with strategy.scope():

@@ -27,7 +27,6 @@ import tensorflow as tf
 
 from experiments import common
 import maskfit
-from maskfit import distribute
 from maskfit.apply import apply_gradients
 
 __all__ = ["Config", "run"]
@@ -241,13 +240,7 @@ def run(config, workdir):
     """
     config.validate()
     start = time.perf_counter()
-    with common.strategy_and_precision(config.strategy, config.precision) as strategy:
-        chief = distribute.is_chief(strategy)
-        if chief:
-            os.makedirs(workdir, exist_ok=True)
-            common.write_json(
-                os.path.join(workdir, "config.json"), dataclasses.asdict(config)
-            )
+    with common.experiment_run(config, workdir) as (strategy, chief):
         with strategy.scope():
             model, head = _make_model(config)
             optimizer = common.make_optimizer(config.optimizer, config.learning_rate)
