@@ -64,7 +64,8 @@ class MaskedModel(keras.Model):
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        masker = self._masker_for(self.trainable_variables)
+        variables = self.trainable_variables
+        masker = self._masker_for(variables)
         if masker.scheduled:
             masker.begin_step(self.optimizer.iterations)
         with tf.GradientTape() as tape:
@@ -73,7 +74,6 @@ class MaskedModel(keras.Model):
                 x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
             )
             scaled_loss = self.optimizer.scale_loss(loss)
-        variables = self.trainable_variables
         gradients = tape.gradient(scaled_loss, variables)
         gradients = self.apply_grad_masks(gradients, variables)
         # A subclass's stage may change gradients after masking: then restore
