@@ -8,6 +8,7 @@ from maskfit.declare import set_mask
 from maskfit.gradients import custom_gradient
 from maskfit.gradients import reduce_to_shape
 from maskfit.model import MaskedModel
+from maskfit.model import MaskedSequential
 from maskfit.schedules import PiecewiseMask
 from maskfit.specs import ElementMask
 from maskfit.specs import OutputMask
@@ -23,6 +24,7 @@ __all__ = [
     "get_mask",
     "layers",
     "MaskedModel",
+    "MaskedSequential",
     "OutputMask",
     "PiecewiseMask",
     "reduce_to_shape",

@@ -134,6 +134,12 @@ class GradientMasker:
         self._version = None
         self.update()
 
+    def plans(self, variables):
+        """Whether this masker was planned for exactly `variables`, in order."""
+        return len(variables) == len(self._variables) and all(
+            a is b for a, b in zip(variables, self._variables)
+        )
+
     @property
     def masked_indices(self):
         """Positions, in the step's variable list, of the variables with a mask."""

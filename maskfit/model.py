@@ -1,86 +1,77 @@
-"""`MaskedModel`: a Keras model whose `fit` honours the gradient masks of its layers."""
+"""`MaskedModel` and `MaskedSequential`: Keras models whose `fit` honours layer masks."""
+
+import os
+import tempfile
+import warnings
 
 import keras
 import tensorflow as tf
 
-# Keras exposes the functional model class only through keras.src.
-from keras.src.models.functional import Functional
-
 from maskfit import declare
+from maskfit import internals
 from maskfit import mask_config
 from maskfit import masker as masker_lib
 
-__all__ = ["MaskedModel"]
+__all__ = ["MaskedModel", "MaskedSequential"]
+
+_MASKER_ATTR = "_maskfit_masker"
 
 
-@keras.saving.register_keras_serializable(package="maskfit")
-class MaskedModel(keras.Model):
-    """A `keras.Model` whose training step applies the masks set on its layers.
+class _MaskedTraining:
+    """The masked training step, shared by `MaskedModel` and `MaskedSequential`.
 
-    Use it like `keras.Model`: as `MaskedModel(inputs, outputs)` or as a base
-    class. Declare masks on layers with `maskfit.set_mask`; `compile()`,
-    `fit()`, `train_on_batch()`, `evaluate()` and `predict()` then work as usual,
-    and every entry whose mask is 0 stays bit-identical through training under
-    any Keras optimizer and setting (weight decay, momentum, EMA, clipping,
-    gradient accumulation, loss scaling). A model without masks trains exactly
-    like `keras.Model`.
-
-    The step follows Keras's own order: unpack the data, forward pass and
-    `compute_loss` under the tape, `optimizer.scale_loss`, gradients, then one
-    masking stage (`apply_grad_masks`, the override point for subclasses that
-    transform gradients), `optimizer.apply`, the loss metric and
-    `compute_metrics`. The masks are traced once, as state: changing a mask's
-    values with `set_mask` between two `fit` calls needs no `compile()` and no
-    retrace.
-
-    Example:
-
-    >>> import keras, maskfit, numpy as np
-    >>> inputs = keras.Input((1,))
-    >>> hidden = keras.layers.Dense(16, activation="relu")(inputs)
-    >>> head = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([1, 0]))
-    >>> model = maskfit.MaskedModel(inputs, head(hidden))
-    >>> model.compile(optimizer="adamw", loss="mse")
-    >>> before = head.kernel.numpy()[:, 1].copy()
-    >>> _ = model.fit(np.ones((8, 1)), np.ones((8, 2)), epochs=2, verbose=0)
-    >>> bool((head.kernel.numpy()[:, 1] == before).all())
-    True
+    It is Keras's own TensorFlow `train_step`, line for line, with one masking
+    stage between the gradients and the update. The masks are planned once
+    the model's variables exist: before the step is traced for a built model,
+    and inside the first trace for a model that Keras builds there (a
+    subclassed model called for the first time by `fit`).
     """
-
-    def __new__(cls, *args, **kwargs):
-        if _functional_arguments(args, kwargs):
-            cls = _functional_variant(cls)
-        return super().__new__(cls, *args, **kwargs)
-
-    def __init__(self, *args, **kwargs):
-        if isinstance(self, Functional) and _functional_arguments(args, kwargs):
-            # keras.Model.__init__ would rewrite the class's bases to put
-            # Functional in them, for good: after `MaskedModel(inputs, outputs)`
-            # a subclassed `MaskedModel` could no longer be made. The instance's
-            # class is already a functional variant (see `__new__`).
-            Functional.__init__(self, *args, **kwargs)
-        else:
-            super().__init__(*args, **kwargs)
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        variables = self.trainable_variables
-        masker = self._masker_for(variables)
-        if masker.scheduled:
+        masker = self._ready_masker()
+        if masker is not None and masker.scheduled:
             masker.begin_step(self.optimizer.iterations)
+
+        # Forward pass
         with tf.GradientTape() as tape:
-            y_pred = self(x, training=True)
-            loss = self.compute_loss(
-                x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
+            if internals.call_has_training_arg(self):
+                y_pred = self(x, training=True)
+            else:
+                y_pred = self(x)
+            loss = internals.compute_loss(
+                self,
+                x=x,
+                y=y,
+                y_pred=y_pred,
+                sample_weight=sample_weight,
+                training=True,
             )
-            scaled_loss = self.optimizer.scale_loss(loss)
-        gradients = tape.gradient(scaled_loss, variables)
-        gradients = self.apply_grad_masks(gradients, variables)
-        # A subclass's stage may change gradients after masking: then restore
-        # frozen entries whatever the optimizer.
-        masked = type(self).apply_grad_masks is MaskedModel.apply_grad_masks
-        masker.apply(self.optimizer, gradients, variables, masked=masked)
-        self._track_loss(loss, x)
+            internals.loss_tracker(self).update_state(
+                internals.unscale_loss_for_distribution(loss),
+                sample_weight=tf.shape(
+                    next(i for i in tf.nest.flatten(x) if i is not None)
+                )[0],
+            )
+            if self.optimizer is not None:
+                loss = self.optimizer.scale_loss(loss)
+
+        # Compute gradients, mask them, and update the weights
+        if self.trainable_weights:
+            variables = self.trainable_weights
+            if masker is None:
+                # Keras built the model in this trace: its variables exist now.
+                masker = self._plan_masker(variables)
+                if masker.scheduled:
+                    masker.begin_step(self.optimizer.iterations)
+            gradients = tape.gradient(loss, variables)
+            gradients = self.apply_grad_masks(gradients, variables)
+            masker.apply(
+                self.optimizer, gradients, variables, masked=self._masks_untouched()
+            )
+        else:
+            warnings.warn("The model does not have any trainable weights.")
+
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     def apply_grad_masks(self, gradients, variables):
@@ -99,39 +90,48 @@ class MaskedModel(keras.Model):
         Returns:
           The list of gradients to apply, aligned with `variables`.
         """
-        return self._masker_for(variables).mask_gradients(gradients)
+        masker = self._ready_masker(variables)
+        if masker is None:
+            masker = self._plan_masker(variables)
+        return masker.mask_gradients(gradients)
 
     def make_train_function(self, force=False):
         """Builds the step; retraces only when the masks' structure changed."""
-        with self.distribute_strategy.scope():
-            retrace = self._sync_masker()
+        retrace = False
+        if self.built:
+            with self.distribute_strategy.scope():
+                retrace = self._sync_masker()
         return super().make_train_function(force=force or retrace)
 
-    def _sync_masker(self):
-        variables = self.trainable_variables
-        current = getattr(self, "_maskfit_masker", None)
-        if current is not None and [id(v) for v in current._variables] == [
-            id(v) for v in variables
-        ]:
-            return current.update()
-        masker = masker_lib.GradientMasker(
-            variables, lambda: declare.masked_layers(self), step=self._optimizer_step
-        )
-        object.__setattr__(self, "_maskfit_masker", masker)
-        return True
+    def _masks_untouched(self):
+        """Whether the gradients reaching `apply` are exactly the masked ones."""
+        return type(self).apply_grad_masks is _MaskedTraining.apply_grad_masks
 
-    def _masker_for(self, variables):
-        current = getattr(self, "_maskfit_masker", None)
-        if current is None:
-            self._sync_masker()
-            current = self._maskfit_masker
-        if len(current._variables) != len(variables):
-            raise ValueError(
-                "The model's trainable variables changed after its training step"
-                f" was built ({len(current._variables)} then {len(variables)})."
-                " Call fit() or make_train_function() to rebuild it."
+    def _ready_masker(self, variables=None):
+        """The masker planned for `variables` (the trainable ones), or None."""
+        masker = getattr(self, _MASKER_ATTR, None)
+        if masker is None:
+            return None
+        variables = self.trainable_weights if variables is None else variables
+        return masker if masker.plans(variables) else None
+
+    def _plan_masker(self, variables):
+        """Plans the masks for `variables`; safe inside a traced step."""
+        with tf.init_scope():
+            masker = masker_lib.GradientMasker(
+                variables, lambda: declare.masked_layers(self), step=self._optimizer_step
             )
-        return current
+        object.__setattr__(self, _MASKER_ATTR, masker)
+        return masker
+
+    def _sync_masker(self):
+        """Makes the masker match the current specs; True if the step must retrace."""
+        variables = self.trainable_weights
+        masker = self._ready_masker(variables)
+        if masker is not None:
+            return masker.update()
+        self._plan_masker(variables)
+        return True
 
     def _optimizer_step(self):
         optimizer = getattr(self, "optimizer", None)
@@ -155,14 +155,100 @@ class MaskedModel(keras.Model):
             mask_config.masks_from_config(model, grad_masks)
         return model
 
-    def _track_loss(self, loss, x):
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        if replicas > 1:
-            loss = loss * replicas
-        first = next(t for t in tf.nest.flatten(x) if t is not None)
-        for metric in self.metrics:
-            if metric.name == "loss":
-                metric.update_state(loss, sample_weight=tf.shape(first)[0])
+    def __reduce__(self):
+        # Pickle and deepcopy go through a saved `.keras` file, as Keras's own
+        # `__reduce__` does, but with a function pickle can find by name (the
+        # functional variant classes below are made at run time).
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "model.keras")
+            self.save(path)
+            with open(path, "rb") as f:
+                return (_unpickle, (f.read(),))
+
+
+def _unpickle(data):
+    """Rebuilds a model pickled by `_MaskedTraining.__reduce__`."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.keras")
+        with open(path, "wb") as f:
+            f.write(data)
+        return keras.saving.load_model(path, safe_mode=False)
+
+
+@keras.saving.register_keras_serializable(package="maskfit")
+class MaskedModel(_MaskedTraining, keras.Model):
+    """A `keras.Model` whose training step applies the masks set on its layers.
+
+    Use it like `keras.Model`: as `MaskedModel(inputs, outputs)`, or as a base
+    class (built in `build()`, or lazily by the first `fit`). Declare masks on
+    layers with `maskfit.set_mask`; `compile()`, `fit()`, `train_on_batch()`,
+    `evaluate()` and `predict()` then work as usual, and every entry whose
+    mask is 0 stays bit-identical through training under any Keras optimizer
+    and setting (weight decay, momentum, EMA, clipping, gradient
+    accumulation, loss scaling). A model without masks trains exactly like
+    `keras.Model`: the step is Keras's own, with the same hooks
+    (`compute_loss` with or without `training`, `compute_metrics`, the loss
+    metric, the warning for a model without trainable weights).
+
+    The masks are traced once, as state: changing a mask's values with
+    `set_mask` between two `fit` calls needs no `compile()` and no retrace.
+    `apply_grad_masks` is the override point for subclasses that transform
+    gradients. Saving, `load_model`, legacy `.h5`, `pickle` and
+    `copy.deepcopy` keep the masks.
+
+    Example:
+
+    >>> import keras, maskfit, numpy as np
+    >>> inputs = keras.Input((1,))
+    >>> hidden = keras.layers.Dense(16, activation="relu")(inputs)
+    >>> head = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([1, 0]))
+    >>> model = maskfit.MaskedModel(inputs, head(hidden))
+    >>> model.compile(optimizer="adamw", loss="mse")
+    >>> before = head.kernel.numpy()[:, 1].copy()
+    >>> _ = model.fit(np.ones((8, 1)), np.ones((8, 2)), epochs=2, verbose=0)
+    >>> bool((head.kernel.numpy()[:, 1] == before).all())
+    True
+    """
+
+    def __new__(cls, *args, **kwargs):
+        if _functional_arguments(args, kwargs):
+            cls = _functional_variant(cls)
+        return super().__new__(cls, *args, **kwargs)
+
+    def __init__(self, *args, **kwargs):
+        if _functional_arguments(args, kwargs):
+            # keras.Model.__init__ would put Functional into the bases of this
+            # class and of every class above it up to keras.Model, for the
+            # rest of the process: MaskedModel itself would become functional.
+            # The instance takes a functional variant of its class instead
+            # (a subclass whose __init__ passes inputs and outputs up reaches
+            # here as a plain instance).
+            functional = internals.functional_class()
+            if not isinstance(self, functional):
+                object.__setattr__(self, "__class__", _functional_variant(type(self)))
+            functional.__init__(self, *args, **kwargs)
+        else:
+            super().__init__(*args, **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="maskfit")
+class MaskedSequential(_MaskedTraining, keras.Sequential):
+    """A `keras.Sequential` whose training step applies the masks set on its layers.
+
+    Everything `MaskedModel` promises holds for it; use it wherever you would
+    use `keras.Sequential`.
+
+    Example:
+
+    >>> import keras, maskfit, numpy as np
+    >>> head = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([0, 1]))
+    >>> model = maskfit.MaskedSequential([keras.Input((3,)), head])
+    >>> model.compile(optimizer="adam", loss="mse")
+    >>> before = head.kernel.numpy()[:, 0].copy()
+    >>> _ = model.fit(np.ones((4, 3)), np.ones((4, 2)), verbose=0)
+    >>> bool((head.kernel.numpy()[:, 0] == before).all())
+    True
+    """
 
 
 def _functional_arguments(args, kwargs):
@@ -178,17 +264,30 @@ _functional_variants = {}
 
 
 def _functional_variant(cls):
-    """Returns `cls` with Functional mixed in, made once per class, serializable."""
-    if issubclass(cls, Functional):
+    """Returns `cls` with Functional mixed in, made once per class.
+
+    The variant serializes under `cls`'s registered name, and that name still
+    deserializes to `cls`, whose constructor makes the variant again: no
+    class is ever changed, and saved models need no `custom_objects`.
+    """
+    functional = internals.functional_class()
+    if issubclass(cls, functional):
         return cls
     if cls not in _functional_variants:
         variant = type(
             cls.__name__,
-            (cls, Functional),
+            (cls, functional),
             {"__module__": cls.__module__, "__qualname__": cls.__qualname__},
         )
         package, _, name = keras.saving.get_registered_name(cls).rpartition(">")
         if package:
             keras.saving.register_keras_serializable(package, name)(variant)
+            keras.saving.register_keras_serializable(package, name)(cls)
         _functional_variants[cls] = variant
     return _functional_variants[cls]
+
+
+# Legacy `.h5` files name a model's class without its package ("MaskedModel"),
+# so `keras.saving.load_model` finds it among the global custom objects.
+for _cls in (MaskedModel, MaskedSequential):
+    keras.saving.get_custom_objects().setdefault(_cls.__name__, _cls)
