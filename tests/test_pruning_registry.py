@@ -184,6 +184,13 @@ class _Declared(_Undeclared):
         return [self.kernel]
 
 
+class _Mixin(pruning.PrunableLayer, _Undeclared):
+    """TF-MOT's way: mix in PrunableLayer."""
+
+    def get_prunable_weights(self):
+        return [self.scale]
+
+
 class _Composite(keras.layers.Layer):
     """Only sublayers: pruned through them."""
 
@@ -212,6 +219,14 @@ def test_custom_layers_declare_their_prunable_weights():
     ]
     assert pruning.prunable_weights(weightless) == []
     assert pruning.classify(_Declared).kind == "custom"
+    mixin = _built(_Mixin(), (None, 3))
+    assert pruning.prunable_weights(mixin) == [mixin.scale]
+    with pytest.raises(TypeError):
+
+        class Abstract(pruning.PrunableLayer, keras.layers.Layer):
+            pass
+
+        Abstract()
 
 
 def test_an_undeclared_custom_layer_gets_an_error_naming_it_and_the_fix():

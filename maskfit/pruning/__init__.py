@@ -2,6 +2,7 @@
 
 from maskfit.pruning.magnitude import kept_count
 from maskfit.pruning.magnitude import magnitude_mask
+from maskfit.pruning.registry import PrunableLayer
 from maskfit.pruning.registry import RegistryEntry
 from maskfit.pruning.registry import classify
 from maskfit.pruning.registry import prunable_layers
@@ -21,6 +22,7 @@ __all__ = [
     "prunable_layers",
     "prunable_weights",
     "pruning_steps",
+    "PrunableLayer",
     "PruningSchedule",
     "RegistryEntry",
     "schedule_table",

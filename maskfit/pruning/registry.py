@@ -1,10 +1,17 @@
 """Which variables of a Keras 3 layer are pruned: TF-MOT's registry, for Keras 3 layers."""
 
+import abc
 import collections
 
 import keras
 
-__all__ = ["RegistryEntry", "classify", "prunable_layers", "prunable_weights"]
+__all__ = [
+    "PrunableLayer",
+    "RegistryEntry",
+    "classify",
+    "prunable_layers",
+    "prunable_weights",
+]
 
 L = keras.layers
 
@@ -205,6 +212,34 @@ _UNSUPPORTED = {
 
 # Bases of custom layers: what their subclasses prune is the subclass's call.
 BASE_CLASSES = frozenset({L.Layer, L.Wrapper})
+
+
+class PrunableLayer(abc.ABC):
+    """Mixin for custom layers that say which of their variables are pruned.
+
+    `tfmot.sparsity.keras.PrunableLayer` for Keras 3. Any layer with a
+    `get_prunable_weights()` method is asked, whether it mixes this in or not.
+
+    Example:
+
+    >>> import keras, maskfit.pruning as pruning
+    >>> class Scaled(pruning.PrunableLayer, keras.layers.Layer):
+    ...     def build(self, input_shape):
+    ...         self.kernel = self.add_weight(shape=(input_shape[-1], 2), name="kernel")
+    ...         self.scale = self.add_weight(shape=(2,), name="scale")
+    ...     def call(self, x):
+    ...         return x @ self.kernel * self.scale
+    ...     def get_prunable_weights(self):
+    ...         return [self.kernel]
+    >>> layer = Scaled()
+    >>> layer.build((None, 3))
+    >>> [v.name for v in pruning.prunable_weights(layer)]
+    ['kernel']
+    """
+
+    @abc.abstractmethod
+    def get_prunable_weights(self):
+        """Returns the list of this layer's variables to prune (may be empty)."""
 
 
 class RegistryEntry(
