@@ -226,7 +226,8 @@ def train_tfmot(config, scenario, seed, data):
             super().__init__()
             # Logs stay tensors: no host sync per batch (a tf_keras attribute).
             self._supports_tf_logs = True
-            self.step, self.zeros, self.epoch_seconds = 0, {}, []
+            self.step, self.zeros, self.revived, self.epoch_seconds = 0, {}, {}, []
+            self.previous = [None] * len(masks)
 
         def on_epoch_begin(self, epoch, logs=None):
             self.start, self.reading = time.perf_counter(), 0.0
@@ -235,7 +236,13 @@ def train_tfmot(config, scenario, seed, data):
             self.step += 1
             if self.step in points:
                 start = time.perf_counter()
-                self.zeros[self.step] = [int(np.sum(m.numpy() == 0)) for m in masks]
+                values = [m.numpy() for m in masks]
+                self.zeros[self.step] = [int(np.sum(v == 0)) for v in values]
+                self.revived[self.step] = [
+                    0 if p is None else int(np.sum((p == 0) & (v != 0)))
+                    for p, v in zip(self.previous, values)
+                ]
+                self.previous = values
                 self.reading += time.perf_counter() - start
 
         def on_epoch_end(self, epoch, logs=None):
@@ -276,6 +283,8 @@ def _record(config, scenario, data, points, recorder, kernels, logits, spe):
                 "schedule_sparsity": sparsity,
                 "zeros": dict(zip(names, zeros)),
                 "expected_zeros": dict(zip(names, expected)),
+                # Entries pruned at the previous pruning step that are kept now.
+                "revived": dict(zip(names, recorder.revived[step])),
             }
         )
     return {
@@ -285,6 +294,7 @@ def _record(config, scenario, data, points, recorder, kernels, logits, spe):
         "kernel_sizes": {n: int(np.prod(s)) for n, s in zip(names, shapes)},
         "pruning_steps": steps,
         "follows_schedule": all(s["zeros"] == s["expected_zeros"] for s in steps),
+        "revived_total": sum(sum(s["revived"].values()) for s in steps),
         "final_zeros": {n: int(np.sum(k == 0)) for n, k in zip(names, kernels)},
     }
 
@@ -345,6 +355,7 @@ def summarize(runs):
                 "accuracy_std": statistics.pstdev(accuracies),
                 "step_ms_median": statistics.median(r["step_ms"] for r in group),
                 "follows_schedule": all(r["follows_schedule"] for r in group),
+                "revived_mean": statistics.mean(r["revived_total"] for r in group),
                 "final_sparsity": {n: final[n] / sizes[n] for n in final},
             }
         )
@@ -356,16 +367,17 @@ def format_markdown(results):
     lines = ["## Summary", ""]
     lines.append(
         "| scenario | contender | seeds | test accuracy (mean ± std) | step ms (median)"
-        " | zeros follow the schedule | final sparsity per kernel |"
+        " | zeros follow the schedule | pruned entries revived (mean) |"
+        " final sparsity per kernel |"
     )
-    lines.append("|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|")
     for row in results["summary"]:
         final = ", ".join(f"{n}: {v:.3f}" for n, v in row["final_sparsity"].items())
         lines.append(
             f"| {row['scenario']} | {row['contender']} | {row['seeds']}"
             f" | {100 * row['accuracy_mean']:.2f} ± {100 * row['accuracy_std']:.2f}"
             f" | {row['step_ms_median']:.3f} | {'yes' if row['follows_schedule'] else 'NO'}"
-            f" | {final} |"
+            f" | {row['revived_mean']:.1f} | {final} |"
         )
     runs = results["runs"]
     for scenario in dict.fromkeys(r["scenario"] for r in runs):
