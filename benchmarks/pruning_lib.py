@@ -1,4 +1,4 @@
-"""Side-by-side magnitude pruning: TF-MOT on tf_keras against maskfit.pruning on Keras 3.
+"""Magnitude pruning side by side: TF-MOT on tf_keras, maskfit.pruning on Keras 3.
 
 Every contender trains the same MLP (64-300-100-10) on scikit-learn's bundled
 digits, from the same initial weights, on the same batches in the same order
@@ -263,9 +263,7 @@ def train_tfmot(config, scenario, seed, data):
     stripped = sparsity_api.strip_pruning(pruned)
     kernels = [l.kernel.numpy() for l in stripped.layers]
     logits = stripped.predict(data.x_test, batch_size=256, verbose=0)
-    return _record(
-        config, scenario, data, points, recorder, kernels, logits, spe
-    )
+    return _record(config, scenario, data, points, recorder, kernels, logits, spe)
 
 
 def _record(config, scenario, data, points, recorder, kernels, logits, spe):
@@ -342,7 +340,9 @@ def summarize(runs):
     rows = []
     keys = sorted({(r["scenario"], r["contender"]) for r in runs})
     for scenario, contender in keys:
-        group = [r for r in runs if (r["scenario"], r["contender"]) == (scenario, contender)]
+        group = [
+            r for r in runs if (r["scenario"], r["contender"]) == (scenario, contender)
+        ]
         accuracies = [r["test_accuracy"] for r in group]
         final = group[0]["final_zeros"]
         sizes = group[0]["kernel_sizes"]
@@ -401,13 +401,16 @@ def format_markdown(results):
                     values = [
                         r["pruning_steps"][index]["zeros"][name]
                         for r in group
-                        if r["contender"] == contender and len(r["pruning_steps"]) > index
+                        if r["contender"] == contender
+                        and len(r["pruning_steps"]) > index
                     ]
                     low, high = min(values), max(values)
                     cells.append(str(low) if low == high else f"{low}-{high}")
             lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Per seed", ""]
-    lines.append("| scenario | seed | contender | test accuracy | step ms | first epoch s |")
+    lines.append(
+        "| scenario | seed | contender | test accuracy | step ms | first epoch s |"
+    )
     lines.append("|---|---|---|---|---|---|")
     for r in runs:
         lines.append(

@@ -1,4 +1,4 @@
-"""Magnitude pruning side by side, TF-MOT vs maskfit: `python -m benchmarks.pruning_vs_tfmot`.
+"""TF-MOT vs maskfit pruning, side by side: `python -m benchmarks.pruning_vs_tfmot`.
 
 Needs the `pruning-peer` extra (tf_keras, tensorflow-model-optimization,
 scikit-learn). Writes `pruning_vs_tfmot.json`, `pruning_vs_tfmot.md` and

@@ -1,4 +1,4 @@
-"""Smoke test of the TF-MOT side-by-side benchmark: it runs tiny and writes its tables."""
+"""Smoke test of the side-by-side pruning benchmark: it runs tiny, writes its tables."""
 
 import json
 import os
@@ -31,7 +31,9 @@ def _keep_legacy_keras_flag_local():
         os.environ["TF_USE_LEGACY_KERAS"] = before
 
 
-def test_tfmot_runs_tiny_and_reports_sparsity_at_every_pruning_step(tmp_path, monkeypatch):
+def test_tfmot_runs_tiny_and_reports_sparsity_at_every_pruning_step(
+    tmp_path, monkeypatch
+):
     tiny_polynomial = dict(pruning_lib.SCENARIOS["polynomial"])
     tiny_polynomial["arguments"] = dict(
         initial_sparsity=0.0, final_sparsity=0.9, begin_step=0, end_step=6, frequency=2

@@ -1,4 +1,4 @@
-"""Magnitude masks: exact counts, ties, blocks, N:M, conv kernels; eager, graph and jit."""
+"""Magnitude masks: exact counts, ties, blocks, N:M, conv kernels; eager, graph, jit."""
 
 import numpy as np
 import pytest
@@ -84,7 +84,9 @@ def test_ties_with_the_threshold_are_all_kept(run):
     np.testing.assert_array_equal(run(weights, 0.5), [0, 1, 1, 1, 1, 0])
     # k = round(6 * (1 - 2/3)) = 2: still threshold 1.0, so four entries stay.
     np.testing.assert_array_equal(run(weights, 2 / 3), [0, 1, 1, 1, 1, 0])
-    np.testing.assert_array_equal(run(np.zeros((2, 3), np.float32), 0.9), np.ones((2, 3)))
+    np.testing.assert_array_equal(
+        run(np.zeros((2, 3), np.float32), 0.9), np.ones((2, 3))
+    )
 
 
 def test_sparsity_can_change_inside_one_compiled_function():
@@ -143,9 +145,7 @@ def test_blocks_on_shapes_that_are_not_multiples_of_the_block(run):
             block = mask[rows : rows + 2, cols : cols + 3]
             assert block.min() == block.max()
     # 4x4 pooled blocks, half of them kept: k = round(16 * 0.5).
-    kept_blocks = sum(
-        mask[r, c] for r in range(0, 7, 2) for c in range(0, 10, 3)
-    )
+    kept_blocks = sum(mask[r, c] for r in range(0, 7, 2) for c in range(0, 10, 3))
     assert kept_blocks == 8
 
 
@@ -213,15 +213,23 @@ def test_m_by_n_ignores_the_sparsity():
     [
         (np.ones((2, 2, 2)), dict(block_size=(2, 2)), ValueError, "2-dimensional"),
         (np.ones((4,)), dict(sparsity_m_by_n=(2, 4)), ValueError, "rank >= 2"),
-        (np.ones((4, 4)), dict(block_size=(2, 2), sparsity_m_by_n=(2, 4)), ValueError,
-         "exclude each other"),
+        (
+            np.ones((4, 4)),
+            dict(block_size=(2, 2), sparsity_m_by_n=(2, 4)),
+            ValueError,
+            "exclude each other",
+        ),
         (np.ones((4, 4)), dict(block_size=(0, 2)), ValueError, "2 positive integers"),
         (np.ones((4, 4)), dict(block_size=2), ValueError, "2 positive integers"),
         (np.ones((4, 4)), dict(sparsity_m_by_n=(4, 2)), ValueError, "0 < m < n"),
         (np.ones((4, 4)), dict(sparsity_m_by_n=(2.0, 4)), ValueError, "0 < m < n"),
         (np.ones((4, 4)), dict(sparsity_m_by_n=(True, 4)), ValueError, "0 < m < n"),
-        (np.ones((4, 4)), dict(block_size=(2, 2), block_pooling_type="SUM"), ValueError,
-         "'AVG' or 'MAX'"),
+        (
+            np.ones((4, 4)),
+            dict(block_size=(2, 2), block_pooling_type="SUM"),
+            ValueError,
+            "'AVG' or 'MAX'",
+        ),
         (np.ones((4, 4), np.int32), {}, TypeError, "floating point"),
     ],
 )

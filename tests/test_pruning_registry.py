@@ -1,4 +1,4 @@
-"""The registry of prunable weights: every Keras 3 layer class, custom layers, models."""
+"""The registry of prunable weights: all Keras 3 layers, custom layers, models."""
 
 import inspect
 
@@ -31,7 +31,9 @@ def _public_layer_classes():
 def test_every_keras_layer_class_is_classified():
     # Fails when Keras adds a layer: decide what pruning it means, then add it.
     unclassified = [
-        c.__name__ for c in _public_layer_classes() if pruning.classify(c).kind == "custom"
+        c.__name__
+        for c in _public_layer_classes()
+        if pruning.classify(c).kind == "custom"
     ]
     assert unclassified == []
 
@@ -47,7 +49,9 @@ _PRUNABLE_CASES = [
     (lambda: _built(keras.layers.EinsumDense("ab,bc->ac", 3), (None, 4)), ["kernel"]),
     (lambda: _built(keras.layers.Embedding(10, 4), (None, 2)), ["embeddings"]),
     (
-        lambda: _built(keras.layers.ReversibleEmbedding(10, 4, tie_weights=False), (None, 2)),
+        lambda: _built(
+            keras.layers.ReversibleEmbedding(10, 4, tie_weights=False), (None, 2)
+        ),
         ["embeddings", "reverse_embeddings"],
     ),
     (lambda: _built(keras.layers.Conv1D(3, 2), (None, 5, 2)), ["kernel"]),
@@ -55,8 +59,14 @@ _PRUNABLE_CASES = [
     (lambda: _built(keras.layers.Conv3D(3, 2), (None, 4, 4, 4, 2)), ["kernel"]),
     (lambda: _built(keras.layers.Conv1DTranspose(3, 2), (None, 5, 2)), ["kernel"]),
     (lambda: _built(keras.layers.Conv2DTranspose(3, 2), (None, 5, 5, 2)), ["kernel"]),
-    (lambda: _built(keras.layers.Conv3DTranspose(3, 2), (None, 4, 4, 4, 2)), ["kernel"]),
-    (lambda: _built(keras.layers.SeparableConv1D(3, 2), (None, 5, 2)), ["pointwise_kernel"]),
+    (
+        lambda: _built(keras.layers.Conv3DTranspose(3, 2), (None, 4, 4, 4, 2)),
+        ["kernel"],
+    ),
+    (
+        lambda: _built(keras.layers.SeparableConv1D(3, 2), (None, 5, 2)),
+        ["pointwise_kernel"],
+    ),
     (
         lambda: _built(keras.layers.SeparableConv2D(3, 2), (None, 5, 5, 2)),
         ["pointwise_kernel"],
@@ -65,7 +75,12 @@ _PRUNABLE_CASES = [
     (lambda: _built(keras.layers.BatchNormalization(), (None, 4)), []),
     (lambda: _built(keras.layers.GroupNormalization(2), (None, 4)), []),
     (lambda: _built(keras.layers.PReLU(), (None, 4)), []),
-    (lambda: _built(keras.layers.Attention(use_scale=True), [(None, 2, 4), (None, 2, 4)]), []),
+    (
+        lambda: _built(
+            keras.layers.Attention(use_scale=True), [(None, 2, 4), (None, 2, 4)]
+        ),
+        [],
+    ),
     (
         lambda: _built(keras.layers.LSTM(3), (None, 2, 4)),
         ["lstm_cell/kernel", "lstm_cell/recurrent_kernel"],
@@ -86,7 +101,10 @@ _PRUNABLE_CASES = [
         lambda: _built(
             keras.layers.RNN(
                 keras.layers.StackedRNNCells(
-                    [keras.layers.LSTMCell(2, name="a"), keras.layers.GRUCell(3, name="b")]
+                    [
+                        keras.layers.LSTMCell(2, name="a"),
+                        keras.layers.GRUCell(3, name="b"),
+                    ]
                 )
             ),
             (None, 2, 4),
@@ -108,11 +126,15 @@ _PRUNABLE_CASES = [
         ],
     ),
     (
-        lambda: _built(keras.layers.TimeDistributed(keras.layers.Dense(2)), (None, 3, 4)),
+        lambda: _built(
+            keras.layers.TimeDistributed(keras.layers.Dense(2)), (None, 3, 4)
+        ),
         ["dense/kernel"],
     ),
     (
-        lambda: _built(keras.layers.MultiHeadAttention(2, 4), (None, 3, 5), (None, 3, 5)),
+        lambda: _built(
+            keras.layers.MultiHeadAttention(2, 4), (None, 3, 5), (None, 3, 5)
+        ),
         ["query/kernel", "key/kernel", "value/kernel", "attention_output/kernel"],
     ),
     (
@@ -150,7 +172,10 @@ def test_models_of_every_kind_are_walked_and_shared_layers_counted_once():
     class Subclassed(keras.Model):
         def __init__(self):
             super().__init__()
-            self.blocks = [keras.layers.Dense(3, name="b0"), keras.layers.Dense(3, name="b1")]
+            self.blocks = [
+                keras.layers.Dense(3, name="b0"),
+                keras.layers.Dense(3, name="b1"),
+            ]
             self.norm = keras.layers.LayerNormalization()
 
         def call(self, x):
@@ -164,7 +189,10 @@ def test_models_of_every_kind_are_walked_and_shared_layers_counted_once():
         "head/kernel",
         "sequential/inner/kernel",
     ]
-    assert [v.name for v in pruning.prunable_weights(subclassed)] == ["kernel", "kernel"]
+    assert [v.name for v in pruning.prunable_weights(subclassed)] == [
+        "kernel",
+        "kernel",
+    ]
     assert [o.name for o, _ in pruning.prunable_layers(subclassed)] == ["b0", "b1"]
 
 
@@ -231,8 +259,11 @@ def test_custom_layers_declare_their_prunable_weights():
 
 def test_an_undeclared_custom_layer_gets_an_error_naming_it_and_the_fix():
     layer = _built(_Undeclared(name="mystery"), (None, 3))
-    with pytest.raises(ValueError, match=r"'mystery' \(_Undeclared\) has variables"
-                       r" \['kernel', 'scale'\].*get_prunable_weights\(self\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"'mystery' \(_Undeclared\) has variables"
+        r" \['kernel', 'scale'\].*get_prunable_weights\(self\)",
+    ):
         pruning.prunable_weights(layer)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3), layer])
     with pytest.raises(ValueError, match="'mystery'"):
@@ -244,7 +275,9 @@ def test_a_subclass_of_a_built_in_layer_must_declare():
         pass
 
     layer = _built(MyDense(2, name="mine"), (None, 3))
-    with pytest.raises(ValueError, match="subclasses keras.layers.Dense.*exact classes"):
+    with pytest.raises(
+        ValueError, match="subclasses keras.layers.Dense.*exact classes"
+    ):
         pruning.prunable_weights(layer)
 
 
@@ -253,7 +286,9 @@ def test_a_bad_declaration_is_refused():
         def get_prunable_weights(self):
             return [self.kernel * 2.0]
 
-    with pytest.raises(ValueError, match=r"get_prunable_weights\(\) must return a list"):
+    with pytest.raises(
+        ValueError, match=r"get_prunable_weights\(\) must return a list"
+    ):
         pruning.prunable_weights(_built(Wrong(), (None, 3)))
 
 
@@ -262,7 +297,9 @@ def test_a_bad_declaration_is_refused():
     [
         (lambda: keras.layers.Dense(3), "is not built"),
         (
-            lambda: _built(keras.layers.SpectralNormalization(keras.layers.Dense(2)), (None, 3)),
+            lambda: _built(
+                keras.layers.SpectralNormalization(keras.layers.Dense(2)), (None, 3)
+            ),
             "rewrites the wrapped layer's kernel",
         ),
         (lambda: _built(keras.layers.Dense(3, lora_rank=2), (None, 4)), "LoRA enabled"),

@@ -44,12 +44,29 @@ def execution(request):
 @pytest.mark.parametrize(
     "arguments",
     [
-        dict(initial_sparsity=0.0, final_sparsity=0.9, begin_step=0, end_step=400,
-             frequency=20),
-        dict(initial_sparsity=0.2, final_sparsity=0.8, begin_step=7, end_step=130,
-             power=2, frequency=9),
-        dict(initial_sparsity=0.5, final_sparsity=0.1, begin_step=3, end_step=50,
-             power=1.5, frequency=1),
+        dict(
+            initial_sparsity=0.0,
+            final_sparsity=0.9,
+            begin_step=0,
+            end_step=400,
+            frequency=20,
+        ),
+        dict(
+            initial_sparsity=0.2,
+            final_sparsity=0.8,
+            begin_step=7,
+            end_step=130,
+            power=2,
+            frequency=9,
+        ),
+        dict(
+            initial_sparsity=0.5,
+            final_sparsity=0.1,
+            begin_step=3,
+            end_step=50,
+            power=1.5,
+            frequency=1,
+        ),
     ],
 )
 def test_polynomial_decay_follows_tfmot_formula_step_by_step(arguments, execution):
@@ -75,7 +92,9 @@ def test_polynomial_decay_follows_tfmot_formula_step_by_step(arguments, executio
 
 
 def test_benchmark_schedule_prunes_every_20_steps_up_to_400():
-    schedule = pruning.PolynomialDecay(0.0, 0.9, begin_step=0, end_step=400, frequency=20)
+    schedule = pruning.PolynomialDecay(
+        0.0, 0.9, begin_step=0, end_step=400, frequency=20
+    )
 
     points = pruning.pruning_steps(schedule, 0, 700)
 
@@ -91,7 +110,10 @@ def test_benchmark_schedule_prunes_every_20_steps_up_to_400():
     "arguments, expected_steps",
     [
         (dict(target_sparsity=0.5, begin_step=0, frequency=10), list(range(0, 60, 10))),
-        (dict(target_sparsity=0.5, begin_step=5, end_step=25, frequency=10), [5, 15, 25]),
+        (
+            dict(target_sparsity=0.5, begin_step=5, end_step=25, frequency=10),
+            [5, 15, 25],
+        ),
         (dict(target_sparsity=0.5, begin_step=7, end_step=7, frequency=3), [7]),
         (dict(target_sparsity=0.0, begin_step=0, end_step=-1, frequency=100), [0]),
     ],
@@ -139,22 +161,65 @@ def test_schedule_accepts_int32_steps_and_refuses_float_steps():
 @pytest.mark.parametrize(
     "make, error, message",
     [
-        (lambda: pruning.ConstantSparsity(1.0, 0), ValueError, "target_sparsity must be"),
+        (
+            lambda: pruning.ConstantSparsity(1.0, 0),
+            ValueError,
+            "target_sparsity must be",
+        ),
         (lambda: pruning.ConstantSparsity(-0.1, 0), ValueError, r"\[0, 1\)"),
-        (lambda: pruning.ConstantSparsity(0.5, -1), ValueError, "begin_step must be >= 0"),
-        (lambda: pruning.ConstantSparsity(0.5, 10, 5), ValueError, "begin_step must be <="),
-        (lambda: pruning.ConstantSparsity(0.5, 0, -2), ValueError, "end_step must be -1"),
-        (lambda: pruning.ConstantSparsity(0.5, 0, frequency=0), ValueError, "frequency"),
-        (lambda: pruning.ConstantSparsity(0.5, 1.5), TypeError, "begin_step must be an integer"),
+        (
+            lambda: pruning.ConstantSparsity(0.5, -1),
+            ValueError,
+            "begin_step must be >= 0",
+        ),
+        (
+            lambda: pruning.ConstantSparsity(0.5, 10, 5),
+            ValueError,
+            "begin_step must be <=",
+        ),
+        (
+            lambda: pruning.ConstantSparsity(0.5, 0, -2),
+            ValueError,
+            "end_step must be -1",
+        ),
+        (
+            lambda: pruning.ConstantSparsity(0.5, 0, frequency=0),
+            ValueError,
+            "frequency",
+        ),
+        (
+            lambda: pruning.ConstantSparsity(0.5, 1.5),
+            TypeError,
+            "begin_step must be an integer",
+        ),
         (lambda: pruning.ConstantSparsity("0.5", 0), ValueError, "target_sparsity"),
         (lambda: pruning.ConstantSparsity(True, 0), ValueError, "target_sparsity"),
         (lambda: pruning.PolynomialDecay(0.0, 0.9, 0, -1), ValueError, "cannot be -1"),
-        (lambda: pruning.PolynomialDecay(0.0, 0.9, 5, 5), ValueError, "end_step must be >"),
-        (lambda: pruning.PolynomialDecay(0.0, 1.0, 0, 10), ValueError, "final_sparsity"),
-        (lambda: pruning.PolynomialDecay(1.2, 0.5, 0, 10), ValueError, "initial_sparsity"),
-        (lambda: pruning.PolynomialDecay(0.0, 0.5, 0, 10, power=0), ValueError, "power"),
-        (lambda: pruning.PolynomialDecay(0.0, 0.5, 0, 10, frequency=-3), ValueError,
-         "frequency"),
+        (
+            lambda: pruning.PolynomialDecay(0.0, 0.9, 5, 5),
+            ValueError,
+            "end_step must be >",
+        ),
+        (
+            lambda: pruning.PolynomialDecay(0.0, 1.0, 0, 10),
+            ValueError,
+            "final_sparsity",
+        ),
+        (
+            lambda: pruning.PolynomialDecay(1.2, 0.5, 0, 10),
+            ValueError,
+            "initial_sparsity",
+        ),
+        (
+            lambda: pruning.PolynomialDecay(0.0, 0.5, 0, 10, power=0),
+            ValueError,
+            "power",
+        ),
+        (
+            lambda: pruning.PolynomialDecay(0.0, 0.5, 0, 10, frequency=-3),
+            ValueError,
+            "frequency",
+        ),
     ],
 )
 def test_bad_arguments_raise_at_construction(make, error, message):

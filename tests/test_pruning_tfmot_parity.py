@@ -1,4 +1,4 @@
-"""maskfit.pruning against TF-MOT's own functions, bit for bit (needs the pruning-peer extra).
+"""maskfit.pruning against TF-MOT's own code, bit for bit (needs the pruning-peer extra).
 
 The same ops on the same inputs in the same execution mode: schedules and
 masks must be identical, not close.
@@ -44,12 +44,38 @@ def _fresh_keras():
 
 
 _SCHEDULES = [
-    ("PolynomialDecay", dict(initial_sparsity=0.0, final_sparsity=0.9, begin_step=0,
-                             end_step=400, frequency=20)),
-    ("PolynomialDecay", dict(initial_sparsity=0.1, final_sparsity=0.95, begin_step=7,
-                             end_step=623, power=2, frequency=3)),
-    ("PolynomialDecay", dict(initial_sparsity=0.3, final_sparsity=0.7, begin_step=0,
-                             end_step=599, power=2.5, frequency=1)),
+    (
+        "PolynomialDecay",
+        dict(
+            initial_sparsity=0.0,
+            final_sparsity=0.9,
+            begin_step=0,
+            end_step=400,
+            frequency=20,
+        ),
+    ),
+    (
+        "PolynomialDecay",
+        dict(
+            initial_sparsity=0.1,
+            final_sparsity=0.95,
+            begin_step=7,
+            end_step=623,
+            power=2,
+            frequency=3,
+        ),
+    ),
+    (
+        "PolynomialDecay",
+        dict(
+            initial_sparsity=0.3,
+            final_sparsity=0.7,
+            begin_step=0,
+            end_step=599,
+            power=2.5,
+            frequency=1,
+        ),
+    ),
     ("ConstantSparsity", dict(target_sparsity=0.8, begin_step=3, frequency=7)),
 ]
 
@@ -76,8 +102,12 @@ def test_the_benchmark_schedule_equals_tfmots_step_by_step(jit_compile):
     arguments = _SCHEDULES[0][1]
     steps = range(0, 420)
     for a, b in zip(
-        pruning.schedule_table(pruning.PolynomialDecay(**arguments), steps, jit_compile),
-        pruning.schedule_table(sparsity_api.PolynomialDecay(**arguments), steps, jit_compile),
+        pruning.schedule_table(
+            pruning.PolynomialDecay(**arguments), steps, jit_compile
+        ),
+        pruning.schedule_table(
+            sparsity_api.PolynomialDecay(**arguments), steps, jit_compile
+        ),
     ):
         np.testing.assert_array_equal(a, b)
 
@@ -144,7 +174,9 @@ def test_unstructured_masks_equal_tfmots(shape):
     ],
 )
 @pytest.mark.parametrize("pooling", ["AVG", "MAX"])
-def test_block_masks_equal_tfmots_including_the_padding_shift(shape, block_size, pooling):
+def test_block_masks_equal_tfmots_including_the_padding_shift(
+    shape, block_size, pooling
+):
     both = _mask_functions(shape, block_size, pooling)
     for seed, sparsity in enumerate((0.3, 0.5, 0.9)):
         ours, theirs = both(_weights(shape, seed, ties=False), sparsity)

@@ -1,4 +1,4 @@
-"""Magnitude masks: which entries of a weight tensor survive pruning, as TF-MOT picks them."""
+"""Magnitude masks: which entries of a weight tensor survive pruning, as TF-MOT."""
 
 import numbers
 
@@ -116,8 +116,10 @@ def kept_count(size, sparsity):
     Example:
 
     >>> import maskfit.pruning as pruning
-    >>> pruning.kept_count(10, 0.25), pruning.kept_count(5, 0.5), pruning.kept_count(3, 0.9)
-    (8, 2, 1)
+    >>> [pruning.kept_count(10, 0.25), pruning.kept_count(5, 0.5)]
+    [8, 2]
+    >>> pruning.kept_count(3, 0.9)
+    1
     """
     sparsity = np.float32(sparsity)
     kept = np.round(np.float32(size) * (np.float32(1) - sparsity))
@@ -244,5 +246,7 @@ def _check_m_by_n(m_by_n, where):
 
 def _is_positive_int(value):
     return (
-        isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+        isinstance(value, numbers.Integral)
+        and not isinstance(value, bool)
+        and value > 0
     )

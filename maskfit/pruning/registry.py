@@ -1,4 +1,4 @@
-"""Which variables of a Keras 3 layer are pruned: TF-MOT's registry, for Keras 3 layers."""
+"""Which variables of a layer are pruned: TF-MOT's registry, for Keras 3 layers."""
 
 import abc
 import collections
@@ -35,7 +35,9 @@ def _direct_sublayers(layer):
 # embeddings, never biases or normalization parameters).
 _PRUNABLE = {
     L.Dense: ("kernel",),
-    L.EinsumDense: ("kernel",),  # Keras 3: TF-MOT prunes these inside MultiHeadAttention.
+    L.EinsumDense: (
+        "kernel",
+    ),  # Keras 3: TF-MOT prunes these inside MultiHeadAttention.
     L.Embedding: ("embeddings",),
     L.ReversibleEmbedding: ("embeddings",),
     L.Conv1D: ("kernel",),
@@ -308,8 +310,9 @@ def prunable_weights(layer):
     Example:
 
     >>> import keras, maskfit.pruning as pruning
-    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4),
-    ...                           keras.layers.BatchNormalization(), keras.layers.Dense(2)])
+    >>> model = keras.Sequential([
+    ...     keras.Input((3,)), keras.layers.Dense(4),
+    ...     keras.layers.BatchNormalization(), keras.layers.Dense(2)])
     >>> [v.path for v in pruning.prunable_weights(model)]
     ['sequential/dense/kernel', 'sequential/dense_1/kernel']
     """
@@ -442,11 +445,7 @@ def _check_adapted(layer):
 
 def _own_float_variables(layer):
     inherited = {id(v) for sub in _direct_sublayers(layer) for v in sub.weights}
-    return [
-        v
-        for v in layer.weights
-        if id(v) not in inherited and _is_float(v)
-    ]
+    return [v for v in layer.weights if id(v) not in inherited and _is_float(v)]
 
 
 def _is_float(variable):

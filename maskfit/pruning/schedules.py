@@ -50,7 +50,7 @@ class PruningSchedule(abc.ABC):
     """
 
     def _should_prune_in_step(self, step, begin_step, end_step, frequency):
-        """Whether `step` is in `[begin_step, end_step]` and a multiple of `frequency` from `begin_step`.
+        """Whether `step` is in `[begin_step, end_step]`, `frequency` steps apart.
 
         `end_step < 0` means no end. Returns a scalar bool tensor.
         """
@@ -205,13 +205,13 @@ class ConstantSparsity(PruningSchedule):
 
 @keras.saving.register_keras_serializable(package="maskfit")
 class PolynomialDecay(PruningSchedule):
-    """Sparsity that rises fast from `initial_sparsity`, then levels off at `final_sparsity`.
+    """Sparsity rising fast from `initial_sparsity`, levelling off at `final_sparsity`.
 
     `tfmot.sparsity.keras.PolynomialDecay`, step for step and bit for bit (the
     same float32 ops):
 
         p = min(1, max(0, (step - begin_step) / (end_step - begin_step)))
-        sparsity = final_sparsity + (initial_sparsity - final_sparsity) * (1 - p) ** power
+        sparsity = final + (initial - final) * (1 - p) ** power
 
     The masks are recomputed every `frequency` steps in `[begin_step, end_step]`
     (Zhu & Gupta 2017, https://arxiv.org/abs/1710.01878).
@@ -369,7 +369,9 @@ def pruning_steps(schedule, start, stop, jit_compile=False):
     """
     steps = np.arange(start, stop, dtype=np.int64)
     should_prune, sparsity = schedule_table(schedule, steps, jit_compile=jit_compile)
-    return [(int(s), float(v)) for s, v in zip(steps[should_prune], sparsity[should_prune])]
+    return [
+        (int(s), float(v)) for s, v in zip(steps[should_prune], sparsity[should_prune])
+    ]
 
 
 def _as_step(step):
