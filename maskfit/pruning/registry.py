@@ -1,0 +1,472 @@
+"""Which variables of a layer are pruned: TF-MOT's registry, for Keras 3 layers."""
+
+import abc
+import collections
+
+import keras
+
+__all__ = [
+    "PrunableLayer",
+    "RegistryEntry",
+    "classify",
+    "prunable_layers",
+    "prunable_weights",
+]
+
+L = keras.layers
+
+
+def _conv_lstm_cell_class():
+    # ConvLSTM1D/2D/3D keep their weights in a ConvLSTMCell, which Keras does
+    # not export (no public name for the class of `ConvLSTM2D(...).cell`).
+    from keras.src.layers.rnn.conv_lstm import ConvLSTMCell
+
+    return ConvLSTMCell
+
+
+def _direct_sublayers(layer):
+    # The layers tracked directly by `layer` (an RNN's cell, a wrapper's
+    # layer, a model's layers). Keras 3 has no public accessor for a layer's
+    # sublayers; `keras.Model.layers` exists for models only.
+    return list(layer._flatten_layers(include_self=False, recursive=False))
+
+
+# Pruned variables, by name, per exact layer class (TF-MOT: kernels and
+# embeddings, never biases or normalization parameters).
+_PRUNABLE = {
+    L.Dense: ("kernel",),
+    L.EinsumDense: (
+        "kernel",
+    ),  # Keras 3: TF-MOT prunes these inside MultiHeadAttention.
+    L.Embedding: ("embeddings",),
+    L.ReversibleEmbedding: ("embeddings",),
+    L.Conv1D: ("kernel",),
+    L.Conv2D: ("kernel",),
+    L.Conv3D: ("kernel",),
+    L.Conv1DTranspose: ("kernel",),  # Not in TF-MOT; its 2D and 3D siblings are.
+    L.Conv2DTranspose: ("kernel",),
+    L.Conv3DTranspose: ("kernel",),
+    L.SeparableConv1D: ("pointwise_kernel",),
+    L.SeparableConv2D: ("pointwise_kernel",),
+    L.SimpleRNNCell: ("kernel", "recurrent_kernel"),
+    L.GRUCell: ("kernel", "recurrent_kernel"),
+    L.LSTMCell: ("kernel", "recurrent_kernel"),
+    _conv_lstm_cell_class(): ("kernel", "recurrent_kernel"),
+}
+
+# Pruned when the layer has them (an untied ReversibleEmbedding's output matrix).
+_OPTIONAL = {L.ReversibleEmbedding: ("reverse_embeddings",)}
+
+# Prunable through their sublayers: an RNN's cells, a wrapper's layer, the
+# EinsumDense projections of attention (TF-MOT: the four attention kernels).
+_CONTAINERS = frozenset(
+    {
+        L.RNN,
+        L.SimpleRNN,
+        L.GRU,
+        L.LSTM,
+        L.ConvLSTM1D,
+        L.ConvLSTM2D,
+        L.ConvLSTM3D,
+        L.StackedRNNCells,
+        L.Bidirectional,
+        L.TimeDistributed,
+        L.MultiHeadAttention,
+        L.GroupQueryAttention,
+        L.Pipeline,
+    }
+)
+
+_NO_PRUNABLE_WEIGHTS = frozenset(
+    {
+        # TF-MOT: depthwise kernels are not pruned.
+        L.DepthwiseConv1D,
+        L.DepthwiseConv2D,
+        # Normalization: scales and offsets, like biases.
+        L.BatchNormalization,
+        L.LayerNormalization,
+        L.GroupNormalization,
+        L.RMSNormalization,
+        L.UnitNormalization,
+        # Activations (PReLU's alpha is one slope per channel, like a bias).
+        L.Activation,
+        L.ELU,
+        L.LeakyReLU,
+        L.PReLU,
+        L.ReLU,
+        L.Softmax,
+        # Attention scores with at most a learned scale (no kernel).
+        L.Attention,
+        L.AdditiveAttention,
+        # A fixed Fourier basis, not learned weights; TF-MOT has no such layer.
+        L.STFTSpectrogram,
+        L.MelSpectrogram,
+        # Pooling, shaping, merging, noise and other weightless layers.
+        L.ActivityRegularization,
+        L.AdaptiveAveragePooling1D,
+        L.AdaptiveAveragePooling2D,
+        L.AdaptiveAveragePooling3D,
+        L.AdaptiveMaxPooling1D,
+        L.AdaptiveMaxPooling2D,
+        L.AdaptiveMaxPooling3D,
+        L.AveragePooling1D,
+        L.AveragePooling2D,
+        L.AveragePooling3D,
+        L.GlobalAveragePooling1D,
+        L.GlobalAveragePooling2D,
+        L.GlobalAveragePooling3D,
+        L.GlobalMaxPooling1D,
+        L.GlobalMaxPooling2D,
+        L.GlobalMaxPooling3D,
+        L.MaxPooling1D,
+        L.MaxPooling2D,
+        L.MaxPooling3D,
+        L.Cropping1D,
+        L.Cropping2D,
+        L.Cropping3D,
+        L.UpSampling1D,
+        L.UpSampling2D,
+        L.UpSampling3D,
+        L.ZeroPadding1D,
+        L.ZeroPadding2D,
+        L.ZeroPadding3D,
+        L.Flatten,
+        L.Permute,
+        L.RepeatVector,
+        L.Reshape,
+        L.Add,
+        L.Average,
+        L.Concatenate,
+        L.Dot,
+        L.Maximum,
+        L.Minimum,
+        L.Multiply,
+        L.Subtract,
+        L.AlphaDropout,
+        L.Dropout,
+        L.GaussianDropout,
+        L.GaussianNoise,
+        L.SpatialDropout1D,
+        L.SpatialDropout2D,
+        L.SpatialDropout3D,
+        L.Identity,
+        L.InputLayer,
+        L.Lambda,
+        L.Masking,
+        # Preprocessing and augmentation: no trainable weights.
+        L.AugMix,
+        L.AutoContrast,
+        L.CategoryEncoding,
+        L.CenterCrop,
+        L.ContrastLimitedAdaptiveHistogramEqualization,
+        L.CutMix,
+        L.Discretization,
+        L.Equalization,
+        L.HashedCrossing,
+        L.Hashing,
+        L.IntegerLookup,
+        L.MaxNumBoundingBoxes,
+        L.MixUp,
+        L.Normalization,
+        L.RandAugment,
+        L.RandomBrightness,
+        L.RandomColorDegeneration,
+        L.RandomColorJitter,
+        L.RandomContrast,
+        L.RandomCrop,
+        L.RandomElasticTransform,
+        L.RandomErasing,
+        L.RandomFlip,
+        L.RandomGaussianBlur,
+        L.RandomGrayscale,
+        L.RandomHue,
+        L.RandomInvert,
+        L.RandomPerspective,
+        L.RandomPosterization,
+        L.RandomRotation,
+        L.RandomSaturation,
+        L.RandomSharpness,
+        L.RandomShear,
+        L.RandomTranslation,
+        L.RandomZoom,
+        L.Rescaling,
+        L.Resizing,
+        L.Solarization,
+        L.StringLookup,
+        L.TextVectorization,
+    }
+)
+
+_FOREIGN = (
+    "its variables belong to a module maskfit cannot look into, so it cannot"
+    " tell kernels from biases"
+)
+_UNSUPPORTED = {
+    L.SpectralNormalization: (
+        "it rewrites the wrapped layer's kernel in every training call; prune"
+        " the wrapped layer without SpectralNormalization"
+    ),
+    L.TFSMLayer: _FOREIGN,
+    L.JaxLayer: _FOREIGN,
+    L.FlaxLayer: _FOREIGN,
+    L.TorchModuleWrapper: _FOREIGN,
+}
+
+# Bases of custom layers: what their subclasses prune is the subclass's call.
+BASE_CLASSES = frozenset({L.Layer, L.Wrapper})
+
+
+class PrunableLayer(abc.ABC):
+    """Mixin for custom layers that say which of their variables are pruned.
+
+    `tfmot.sparsity.keras.PrunableLayer` for Keras 3. Any layer with a
+    `get_prunable_weights()` method is asked, whether it mixes this in or not.
+
+    Example:
+
+    >>> import keras, maskfit.pruning as pruning
+    >>> class Scaled(pruning.PrunableLayer, keras.layers.Layer):
+    ...     def build(self, input_shape):
+    ...         self.kernel = self.add_weight(shape=(input_shape[-1], 2), name="kernel")
+    ...         self.scale = self.add_weight(shape=(2,), name="scale")
+    ...     def call(self, x):
+    ...         return x @ self.kernel * self.scale
+    ...     def get_prunable_weights(self):
+    ...         return [self.kernel]
+    >>> layer = Scaled()
+    >>> layer.build((None, 3))
+    >>> [v.name for v in pruning.prunable_weights(layer)]
+    ['kernel']
+    """
+
+    @abc.abstractmethod
+    def get_prunable_weights(self):
+        """Returns the list of this layer's variables to prune (may be empty)."""
+
+
+class RegistryEntry(
+    collections.namedtuple("RegistryEntry", ["kind", "weights", "reason"])
+):
+    """What the registry says about a layer class.
+
+    Attributes:
+      kind: "prunable" (the variables named in `weights`), "container" (through
+        its sublayers), "none" (no prunable weights), "unsupported" (refused,
+        see `reason`) or "custom" (not a built-in class: the layer declares
+        its weights with `get_prunable_weights()`, or has none of its own).
+      weights: the names of the pruned variables ("prunable" only); a name in
+        brackets is pruned when the layer has it.
+      reason: why an "unsupported" class is refused, else "".
+    """
+
+
+def classify(layer_class):
+    """Returns the `RegistryEntry` of a layer class (exact class, as TF-MOT).
+
+    A subclass of a built-in layer is "custom": it may add variables, so it
+    declares its prunable weights itself.
+
+    Example:
+
+    >>> import keras, maskfit.pruning as pruning
+    >>> pruning.classify(keras.layers.Dense)
+    RegistryEntry(kind='prunable', weights=('kernel',), reason='')
+    >>> pruning.classify(keras.layers.DepthwiseConv2D).kind
+    'none'
+    """
+    if layer_class in _PRUNABLE:
+        optional = tuple(f"[{n}]" for n in _OPTIONAL.get(layer_class, ()))
+        return RegistryEntry("prunable", _PRUNABLE[layer_class] + optional, "")
+    if layer_class in _CONTAINERS:
+        return RegistryEntry("container", (), "")
+    if layer_class in _NO_PRUNABLE_WEIGHTS:
+        return RegistryEntry("none", (), "")
+    if layer_class in _UNSUPPORTED:
+        return RegistryEntry("unsupported", (), _UNSUPPORTED[layer_class])
+    return RegistryEntry("custom", (), "")
+
+
+def prunable_weights(layer):
+    """Returns the variables that pruning `layer` prunes, in a fixed order.
+
+    Built-in layers follow TF-MOT's registry (kernels, embeddings, RNN kernels
+    and recurrent kernels, attention projection kernels; never biases or
+    normalization parameters; see `classify`). A layer with a
+    `get_prunable_weights()` method (as `tfmot.sparsity.keras.PrunableLayer`)
+    is asked. A model, or any other layer without variables of its own, is
+    pruned through its sublayers.
+
+    Args:
+      layer: a built `keras.layers.Layer` or `keras.Model`.
+
+    Returns:
+      A list of variables, each once.
+
+    Raises:
+      ValueError: naming the layer, when it (or a sublayer) is not built, is
+        refused by the registry, has LoRA enabled or is quantized, or is a
+        custom layer with variables of its own and no `get_prunable_weights()`.
+
+    Example:
+
+    >>> import keras, maskfit.pruning as pruning
+    >>> model = keras.Sequential([
+    ...     keras.Input((3,)), keras.layers.Dense(4),
+    ...     keras.layers.BatchNormalization(), keras.layers.Dense(2)])
+    >>> [v.path for v in pruning.prunable_weights(model)]
+    ['sequential/dense/kernel', 'sequential/dense_1/kernel']
+    """
+    return [v for _, variables in prunable_layers(layer) for v in variables]
+
+
+def prunable_layers(layer):
+    """Returns `[(owner, variables)]`: each layer that owns prunable variables.
+
+    The owner is the layer whose class (or `get_prunable_weights()`) claims
+    the variables, e.g. the `LSTMCell` of an `LSTM`, the `EinsumDense`
+    projections of a `MultiHeadAttention`. Shared layers appear once. Raises
+    as `prunable_weights` does.
+
+    Example:
+
+    >>> import keras, maskfit.pruning as pruning
+    >>> lstm = keras.layers.LSTM(4)
+    >>> lstm.build((None, 5, 3))
+    >>> [(owner.name, [v.name for v in variables])
+    ...  for owner, variables in pruning.prunable_layers(lstm)]
+    [('lstm_cell', ['kernel', 'recurrent_kernel'])]
+    """
+    if not isinstance(layer, keras.layers.Layer):
+        raise TypeError(
+            "prunable_layers expects a keras.layers.Layer or keras.Model."
+            f" Received: {layer!r} of type {type(layer).__name__}"
+        )
+    found, seen = [], set()
+    _walk(layer, found, seen)
+    return found
+
+
+def _walk(layer, found, seen):
+    if id(layer) in seen:
+        return
+    seen.add(id(layer))
+    if hasattr(layer, "get_prunable_weights"):
+        # A declaration wins over the registry, as in TF-MOT.
+        _check_built(layer)
+        found.append((layer, _declared(layer)))
+        return
+    entry = classify(type(layer))
+    if entry.kind == "none":
+        return
+    if entry.kind == "unsupported":
+        raise ValueError(
+            f"Layer '{layer.name}' ({type(layer).__name__}) cannot be pruned:"
+            f" {entry.reason}. Leave it out of pruning, or subclass it and define"
+            " get_prunable_weights() returning the variables to prune."
+        )
+    _check_built(layer)
+    if entry.kind == "prunable":
+        found.append((layer, _named(layer, _PRUNABLE[type(layer)])))
+        return
+    own = _own_float_variables(layer)
+    if own:
+        _raise_undeclared(layer, own)
+    for sublayer in _direct_sublayers(layer):
+        _walk(sublayer, found, seen)
+
+
+def _check_built(layer):
+    if not layer.built:
+        raise ValueError(
+            f"Layer '{layer.name}' ({type(layer).__name__}) is not built, so its"
+            " variables do not exist yet. Build it first (call it on data, or"
+            " build the model) and ask again."
+        )
+
+
+def _named(layer, names):
+    _check_adapted(layer)
+    by_name = {v.name: v for v in layer.weights}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ValueError(
+            f"Layer '{layer.name}' ({type(layer).__name__}) has no variable named"
+            f" {missing}; its variables are {sorted(by_name)}. maskfit's registry"
+            " expects them for this class: please report this with your Keras"
+            " version."
+        )
+    optional = [n for n in _OPTIONAL.get(type(layer), ()) if n in by_name]
+    return [by_name[n] for n in tuple(names) + tuple(optional)]
+
+
+def _declared(layer):
+    declared = layer.get_prunable_weights()
+    owned = {id(v) for v in layer.weights}
+    items = list(declared) if isinstance(declared, (list, tuple)) else None
+    bad = [
+        item
+        for item in items or ()
+        if not isinstance(item, keras.Variable) or id(item) not in owned
+    ]
+    if items is None or bad:
+        raise ValueError(
+            f"Layer '{layer.name}' ({type(layer).__name__}).get_prunable_weights()"
+            " must return a list of the layer's own variables, e.g."
+            f" [self.kernel]. Received: {declared!r}"
+            + (f", where {bad!r} is not one of them." if bad else ".")
+        )
+    unique = list({id(v): v for v in items}.values())
+    for variable in unique:
+        if not _is_float(variable):
+            raise ValueError(
+                f"Layer '{layer.name}' ({type(layer).__name__}) declares variable"
+                f" '{variable.path}' of dtype {variable.dtype} as prunable; only"
+                " floating-point variables can be pruned."
+            )
+    return unique
+
+
+def _check_adapted(layer):
+    if getattr(layer, "lora_enabled", False):
+        raise ValueError(
+            f"Layer '{layer.name}' ({type(layer).__name__}) has LoRA enabled: its"
+            " kernel is frozen and the LoRA factors change it, so pruning the"
+            " kernel would not make the layer sparse. Prune before enable_lora(),"
+            " or merge the factors into the kernel first."
+        )
+    mode = getattr(layer, "quantization_mode", None)
+    if mode is not None:
+        raise ValueError(
+            f"Layer '{layer.name}' ({type(layer).__name__}) is quantized"
+            f" ({mode!r}); only floating-point kernels can be pruned. Prune"
+            " before quantize()."
+        )
+
+
+def _own_float_variables(layer):
+    inherited = {id(v) for sub in _direct_sublayers(layer) for v in sub.weights}
+    return [v for v in layer.weights if id(v) not in inherited and _is_float(v)]
+
+
+def _is_float(variable):
+    return str(variable.dtype).startswith(("float", "bfloat"))
+
+
+def _raise_undeclared(layer, own):
+    cls = type(layer)
+    builtin = next(
+        (base for base in cls.__mro__[1:] if classify(base).kind != "custom"), None
+    )
+    subclass = (
+        f" It subclasses keras.layers.{builtin.__name__}, but the registry matches"
+        " exact classes only, since a subclass may add variables."
+        if builtin is not None
+        else ""
+    )
+    raise ValueError(
+        f"Layer '{layer.name}' ({cls.__name__}) has variables"
+        f" {[v.name for v in own]} and does not say which of them to prune.{subclass}"
+        f" Define a method get_prunable_weights(self) on {cls.__name__} that"
+        " returns the variables to prune, e.g. `return [self.kernel]` (or `[]`),"
+        " as for tfmot.sparsity.keras.PrunableLayer."
+    )

@@ -1,0 +1,68 @@
+"""Smoke test of the side-by-side pruning benchmark: it runs tiny, writes its tables."""
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("sklearn")
+pytest.importorskip("tensorflow_model_optimization")
+
+from benchmarks import pruning_lib  # noqa: E402
+
+# 128 examples in batches of 32: 4 steps per epoch, 2 epochs.
+_TINY = pruning_lib.Config(
+    scenarios=("polynomial", "2:4"),
+    seeds=(0,),
+    hidden=(16,),
+    epochs=2,
+    max_train_examples=128,
+)
+
+
+@pytest.fixture(autouse=True)
+def _keep_legacy_keras_flag_local():
+    """TF-MOT's import sets TF_USE_LEGACY_KERAS=1; keep it from later tests."""
+    before = os.environ.get("TF_USE_LEGACY_KERAS")
+    yield
+    if before is None:
+        os.environ.pop("TF_USE_LEGACY_KERAS", None)
+    else:
+        os.environ["TF_USE_LEGACY_KERAS"] = before
+
+
+def test_tfmot_runs_tiny_and_reports_sparsity_at_every_pruning_step(
+    tmp_path, monkeypatch
+):
+    tiny_polynomial = dict(pruning_lib.SCENARIOS["polynomial"])
+    tiny_polynomial["arguments"] = dict(
+        initial_sparsity=0.0, final_sparsity=0.9, begin_step=0, end_step=6, frequency=2
+    )
+    monkeypatch.setitem(pruning_lib.SCENARIOS, "polynomial", tiny_polynomial)
+
+    results = pruning_lib.run(_TINY, str(tmp_path))
+
+    runs = {r["scenario"]: r for r in results["runs"]}
+    assert sorted(runs) == ["2:4", "polynomial"]
+    polynomial = runs["polynomial"]
+    assert [s["step"] for s in polynomial["pruning_steps"]] == [2, 4, 6]
+    assert polynomial["follows_schedule"]
+    # From step 6 on, 90% of each kernel is zero (64x16: 1024 entries, 102 kept).
+    assert polynomial["final_zeros"]["64x16"] == 1024 - 102
+    two_of_four = runs["2:4"]
+    assert [s["step"] for s in two_of_four["pruning_steps"]] == [1]
+    assert two_of_four["final_zeros"] == {"64x16": 512, "16x10": 80}
+    for run in results["runs"]:
+        assert 0.0 <= run["test_accuracy"] <= 1.0 and run["step_ms"] > 0
+
+    with open(tmp_path / "pruning_vs_tfmot.json") as f:
+        assert json.load(f)["runs"] == results["runs"]
+    table = (tmp_path / "pruning_vs_tfmot.md").read_text()
+    assert "| polynomial | tfmot | 1 |" in table
+    assert "| 6 | 0.900000 | 922 | 144 |" in table  # 160 - 16 kept in 16x10.
+    assert (tmp_path / "config.json").exists()
+
+
+def test_unknown_contenders_are_refused_with_what_is_available():
+    with pytest.raises(ValueError, match=r"available: \['tfmot'\].*phase 2"):
+        pruning_lib.Config(contenders=("maskfit",))
