@@ -53,9 +53,9 @@ class Config:
     optimizer: str = "adam"
     learning_rate: float = 1.2e-3
     batch_size: int = 60
-    train_steps: int = 1000
+    train_steps: int = 1500
     eval_every: int = 20
-    rounds: int = 8
+    rounds: int = 10
     prune_rate: float = 0.2
     rewind_step: int = 0
     seeds: tuple = (0, 1, 2)
@@ -208,6 +208,8 @@ def _result(recorder, masks, layer_names):
         "early_stop_iteration": steps[best],
         "test_accuracy": accuracies[best],
         "validation_loss": losses[best],
+        # The minimum is the last evaluation: the loss may still have been falling.
+        "stopped_at_end": best == len(steps) - 1,
         "final_test_accuracy": accuracies[-1],
         "remaining": remaining,
         "curve": [list(point) for point in recorder.curve],

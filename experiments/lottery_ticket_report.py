@@ -42,13 +42,15 @@ def summarize(per_seed, arms):
 
     Returns:
       Per arm, one dict per round with `round`, `remaining` (fraction of
-      kernel weights per layer and "all", the same for every seed) and, for
-      each of the paper's metrics, its mean, std, min, max and per-seed values.
+      kernel weights per layer and "all", the same for every seed),
+      `stopped_at_end` (how many seeds had their least validation loss at the
+      last evaluation) and, for each of the paper's metrics, its mean, std,
+      min, max and per-seed values.
 
     Example:
 
     >>> result = {"early_stop_iteration": 40, "test_accuracy": 0.9,
-    ...           "remaining": {"all": 1.0}}
+    ...           "remaining": {"all": 1.0}, "stopped_at_end": False}
     >>> summarize({"0": {"ticket": [result]}}, ["ticket"])["ticket"][0]["round"]
     0
     """
@@ -59,6 +61,7 @@ def summarize(per_seed, arms):
             {
                 "round": round_,
                 "remaining": results[0]["remaining"],
+                "stopped_at_end": sum(r["stopped_at_end"] for r in results),
                 **{m: _spread([r[m] for r in results]) for m in _METRICS},
             }
             for round_, results in enumerate(rounds)
@@ -75,7 +78,10 @@ def table(summary, layer_names):
     """Returns the summary as a Markdown table: mean [min, max] over seeds.
 
     One row per round; the columns are the weights remaining (all kernel
-    weights, then per layer), then each metric for each arm.
+    weights, then per layer), then each metric for each arm. An early-stop
+    iteration is marked * where some seed's validation loss was least at the
+    last evaluation: it may still have been falling, so the true early-stop
+    iteration may be later.
     """
     arms = list(summary)
     header = ["round", "weights remaining % (" + " / ".join(layer_names) + ")"]
@@ -86,9 +92,17 @@ def table(summary, layer_names):
         remaining = row["remaining"]
         layers = " / ".join(f"{100 * remaining[n]:.1f}" for n in layer_names)
         cells = [str(row["round"]), f"{100 * remaining['all']:.1f} ({layers})"]
-        cells += [_cell(summary[a][index]["early_stop_iteration"]) for a in arms]
+        for arm in arms:
+            stats = summary[arm][index]
+            at_end = "*" if stats["stopped_at_end"] else ""
+            cells.append(_cell(stats["early_stop_iteration"]) + at_end)
         cells += [_cell(summary[a][index]["test_accuracy"], 100, 1) for a in arms]
         lines.append("| " + " | ".join(cells) + " |")
+    if any(row["stopped_at_end"] for rows in summary.values() for row in rows):
+        lines.append(
+            "\n\\* the least validation loss of some seed was at the last"
+            " evaluation: that training may not have reached its early-stop point."
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -247,7 +247,13 @@ def test_run_writes_config_metrics_table_figure_and_events(tiny):
         assert {"test_accuracy", "early_stop_iteration", "remaining_percent"} <= tags
         assert "round_03/seed_1/validation_loss" in tags
     with open(os.path.join(workdir, "table.md")) as f:
-        assert len(f.read().splitlines()) == 2 + config.rounds + 1
+        lines = f.read().splitlines()
+    rows = [line for line in lines if line.startswith("| ")]
+    assert len(rows) == 2 + config.rounds + 1  # Header, rule, a row per round.
+    stopped_at_end = [
+        row["stopped_at_end"] for rows in metrics["summary"].values() for row in rows
+    ]
+    assert any(line.startswith("\\*") for line in lines) == any(stopped_at_end)
     with open(os.path.join(workdir, "lottery_ticket.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -260,6 +266,7 @@ def test_early_stop_is_the_step_of_least_validation_loss(tiny):
             best = int(np.argmin(losses))
             assert result["early_stop_iteration"] == steps[best]
             assert result["test_accuracy"] == accuracies[best]
+            assert result["stopped_at_end"] == (best == len(steps) - 1)
 
 
 def test_figure_is_skipped_with_a_warning_without_matplotlib(
@@ -337,7 +344,7 @@ def test_magnitude_mask_rejects_non_finite_weights():
         ("seeds", (-1,), "non-negative integers"),
         ("rounds", 0, "positive integers"),
         ("train_steps", 2.5, "positive integers"),
-        ("rewind_step", 1000, "below train_steps=1000"),
+        ("rewind_step", 1500, "below train_steps=1500"),
         ("prune_rate", 1.0, "number in \\(0, 1\\)"),
         ("learning_rate", float("nan"), "positive number"),
         ("test_fraction", 0.9, "sum below 1"),
