@@ -85,7 +85,8 @@ class Config:
                     f" tuple of integers. Received: {name}={value!r}"
                 )
             for item in value:
-                _check_int(name, item, minimum=1 if name == "hidden_units" else 0)
+                minimum = 1 if name == "hidden_units" else 0
+                _check_int(name, item, minimum, received=value)
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(
                 "Received an invalid value for `seeds`, expected distinct seeds."
@@ -109,16 +110,18 @@ class Config:
         return self.prune_rate / 2 if output else self.prune_rate
 
 
-def _check_int(name, value, minimum):
+def _check_int(name, value, minimum, received=None):
+    """Raises unless `value` is an integer >= `minimum` (an item of `received`)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         value_ok = False
     else:
         value_ok = value >= minimum
     if not value_ok:
         kind = "positive" if minimum == 1 else "non-negative"
+        expected = f"a {kind} integer" if received is None else f"{kind} integers"
         raise ValueError(
-            f"Received an invalid value for `{name}`, expected {kind} integers."
-            f" Received: {name}={value!r}"
+            f"Received an invalid value for `{name}`, expected {expected}."
+            f" Received: {name}={value if received is None else received!r}"
         )
 
 
