@@ -15,11 +15,20 @@ from experiments import common
 __all__ = ["figure", "summarize", "table", "write_curve", "write_summary"]
 
 _METRICS = ("early_stop_iteration", "test_accuracy")
+# The arms in the order (and so the colours) of the tables and figures.
 _LABELS = {
     "ticket": "winning ticket",
     "reinit": "random reinit (same masks)",
     "random": "random pruning (same sparsity)",
 }
+
+
+def _arms(summary):
+    """The arms of `summary` in `_LABELS`' order (JSON sorts keys), others after."""
+    return sorted(
+        summary,
+        key=lambda arm: list(_LABELS).index(arm) if arm in _LABELS else len(_LABELS),
+    )
 
 
 def _spread(values):
@@ -83,7 +92,7 @@ def table(summary, layer_names):
     last evaluation: it may still have been falling, so the true early-stop
     iteration may be later.
     """
-    arms = list(summary)
+    arms = _arms(summary)
     header = ["round", "weights remaining % (" + " / ".join(layer_names) + ")"]
     header += [f"early-stop iteration: {arm}" for arm in arms]
     header += [f"test accuracy %: {arm}" for arm in arms]
@@ -130,7 +139,8 @@ def figure(summary, config, path):
         ("Early-stop iteration (validation)", "Accuracy at early stop (test, %)"),
     )
     for axes, metric, scale, ylabel in panels:
-        for arm, rows in summary.items():
+        for arm in _arms(summary):
+            rows = summary[arm]
             x = [100 * row["remaining"]["all"] for row in rows]
             mean, low, high = (
                 np.array([row[metric][k] for row in rows]) * scale
@@ -148,7 +158,10 @@ def figure(summary, config, path):
         axes.set_xscale("log")
         axes.invert_xaxis()
         axes.minorticks_off()
-        axes.set_xticks(x, [f"{v:.3g}" for v in x])
+        every = -(-len(x) // 10)  # At most 10 labels, so that they do not overlap.
+        axes.set_xticks(
+            x, [f"{v:.3g}" if i % every == 0 else "" for i, v in enumerate(x)]
+        )
         axes.set_xlabel("Percent of weights remaining")
         axes.set_ylabel(ylabel)
         axes.grid(alpha=0.3)

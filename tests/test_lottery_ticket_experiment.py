@@ -247,7 +247,11 @@ def test_run_writes_config_metrics_table_figure_and_events(tiny):
         assert {"test_accuracy", "early_stop_iteration", "remaining_percent"} <= tags
         assert "round_03/seed_1/validation_loss" in tags
     with open(os.path.join(workdir, "table.md")) as f:
-        lines = f.read().splitlines()
+        text = f.read()
+    # metrics.json holds all the table shows (JSON sorts the arms; the table not).
+    summary = json.loads(json.dumps(metrics["summary"], sort_keys=True))
+    assert lottery_ticket_report.table(summary, list(metrics["layers"])) == text
+    lines = text.splitlines()
     rows = [line for line in lines if line.startswith("| ")]
     assert len(rows) == 2 + config.rounds + 1  # Header, rule, a row per round.
     stopped_at_end = [
