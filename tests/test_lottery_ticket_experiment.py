@@ -13,8 +13,6 @@ import os
 import subprocess
 import sys
 
-from absl import app
-from absl.testing import flagsaver
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -23,7 +21,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from experiments import lottery_ticket
 from experiments import lottery_ticket_report
 from experiments.lottery_ticket_lib import ARMS
 from experiments.lottery_ticket_lib import Config
@@ -365,64 +362,59 @@ def test_config_takes_lists_as_tuples():
     assert config.hidden_units == (4, 2) and config.seeds == (5,)
 
 
-@pytest.mark.parametrize(
-    "flag, message",
-    [
-        ("--prune_rate=1.5", "Received: prune_rate=1.5"),
-        ("--seeds=0,x", "--seeds takes comma-separated integers"),
-        ("--rewind_step=-1", "Received: rewind_step=-1"),
-        ("--optimizer=nope", "known ones are"),
-    ],
+# main runs in a subprocess: its flags share names with learnable_scale's.
+MAIN_SCRIPT = os.path.join(
+    os.path.dirname(__file__), "scripts", "lottery_ticket_main.py"
 )
-def test_main_refuses_bad_flags_before_writing(tmp_path, flag, message):
-    workdir = tmp_path / "run"
-    argv = ["lottery_ticket", flag, f"--workdir={workdir}"]
-    with flagsaver.flagsaver():
-        lottery_ticket.FLAGS(argv)
-        with pytest.raises(app.UsageError, match=message):
-            lottery_ticket.main(argv[:1])
-    assert not workdir.exists()
+
+BAD_FLAGS = {
+    "--prune_rate=1.5": "Received: prune_rate=1.5",
+    "--seeds=0,x": "--seeds takes comma-separated integers",
+    "--rewind_step=-1": "Received: rewind_step=-1",
+    "--optimizer=nope": "known ones are",
+}
 
 
-def test_cli_bad_flag_is_a_usage_error(tmp_path):
-    workdir = tmp_path / "run"
+def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
+    # The last argv runs as the command line does: app.run prints the usage error.
+    argvs = [
+        ["lottery_ticket", flag, f"--workdir={tmp_path / str(index)}"]
+        for index, flag in enumerate(BAD_FLAGS)
+    ]
+    good = tmp_path / "good"
+    argvs.append(
+        [
+            "lottery_ticket",
+            "--hidden_units=6",
+            "--seeds=4",
+            "--rounds=1",
+            "--train_steps=4",
+            "--eval_every=2",
+            "--optimizer=sgd",
+            f"--workdir={good}",
+        ]
+    )
+    argvs.append(["lottery_ticket", "--rounds=0", f"--workdir={tmp_path / 'cli'}"])
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "experiments.lottery_ticket",
-            "--rounds=0",
-            f"--workdir={workdir}",
-        ],
+        [sys.executable, MAIN_SCRIPT, json.dumps(argvs)],
         cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert result.returncode != 0
+    assert result.returncode == 1, result.stderr
     assert "Received: rounds=0" in result.stderr
-    assert not workdir.exists()
-
-
-def test_main_runs_the_flags_config(tmp_path):
-    workdir = tmp_path / "run"
-    argv = [
-        "lottery_ticket",
-        "--hidden_units=6",
-        "--seeds=4",
-        "--rounds=1",
-        "--train_steps=4",
-        "--eval_every=2",
-        "--optimizer=sgd",
-        f"--workdir={workdir}",
-    ]
-    with flagsaver.flagsaver():
-        lottery_ticket.FLAGS(argv)
-        lottery_ticket.main(argv[:1])
-    with open(workdir / "config.json") as f:
+    assert not (tmp_path / "cli").exists()
+    outcomes = json.loads(result.stdout.splitlines()[-1])
+    assert len(outcomes) == len(BAD_FLAGS) + 1
+    for index, (outcome, message) in enumerate(zip(outcomes, BAD_FLAGS.values())):
+        assert message in outcome
+        assert not (tmp_path / str(index)).exists()
+    assert outcomes[-1] == "ok"
+    with open(good / "config.json") as f:
         config = json.load(f)
     expected = dataclasses.replace(
         Config(),
@@ -434,5 +426,5 @@ def test_main_runs_the_flags_config(tmp_path):
         optimizer="sgd",
     )
     assert config == json.loads(json.dumps(dataclasses.asdict(expected)))
-    with open(workdir / "metrics.json") as f:
+    with open(good / "metrics.json") as f:
         assert list(json.load(f)["layers"]) == ["hidden_1", "output"]
