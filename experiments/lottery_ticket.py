@@ -8,10 +8,11 @@ the random-reinit and random-pruning controls train each round too. Writes
 events under `--workdir`. Needs the `experiments` extra (scikit-learn; matplotlib
 for the figure). The logic is in `lottery_ticket_lib`.
 
-Usage:
+Usage (docs/lottery_ticket.md has their results):
   python -m experiments.lottery_ticket --workdir=/tmp/lottery_ticket
-  python -m experiments.lottery_ticket --rewind_step=100 --rounds=4 \
-      --seeds=0,1 --optimizer=sgd --learning_rate=0.05 --workdir=/tmp/rewind
+  python -m experiments.lottery_ticket --rewind_step=100 --workdir=/tmp/rewind
+  python -m experiments.lottery_ticket --rounds=18 --train_steps=3000 \
+      --workdir=/tmp/lottery_18
 """
 
 import dataclasses

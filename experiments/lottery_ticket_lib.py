@@ -46,7 +46,9 @@ class Config:
     random). A round prunes `prune_rate` of the surviving kernel weights of
     each hidden layer and `prune_rate / 2` of the output layer's, as the
     paper did. Every training runs `train_steps` steps of `batch_size`
-    examples and evaluates every `eval_every` steps.
+    examples and evaluates every `eval_every` steps; the compiled step runs
+    `gcd(eval_every, rewind_step)` steps per call, so that the evaluations and
+    the rewind snapshot fall between calls (the updates are the same).
     """
 
     hidden_units: tuple = (300, 100)
