@@ -282,6 +282,15 @@ def test_figure_is_skipped_with_a_warning_without_matplotlib(
     assert not os.path.exists(path)
 
 
+def test_run_without_scikit_learn_says_what_to_install_before_writing(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    with pytest.raises(ImportError, match=r'pip install "\.\[experiments\]"'):
+        run(TINY, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(
     "weights, sparsity, expected",
     [
