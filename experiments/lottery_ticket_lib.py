@@ -27,11 +27,13 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from maskfit import pruning
+
 from experiments import common
 from experiments import lottery_ticket_report as report
 from experiments import lottery_ticket_train as train
 
-__all__ = ["ARMS", "Config", "magnitude_mask", "run"]
+__all__ = ["ARMS", "Config", "run"]
 
 # The pruned network ("ticket") and the paper's two controls.
 ARMS = ("ticket", "reinit", "random")
@@ -141,57 +143,6 @@ def _check_fraction(name, value, upper=1.0):
         )
 
 
-def magnitude_mask(weights, sparsity, block_size=(1, 1), sparsity_m_by_n=None):
-    """Returns the 0/1 mask that keeps the largest-magnitude entries of `weights`.
-
-    TF-MOT's rule: keep the `k = max(round((1 - sparsity) * size), 1)` entries
-    of largest `|w|` (round half to even, computed in float32); entries tied
-    with the k-th largest are all kept. Pruned weights are 0, so pruning the
-    same variable again at a higher sparsity prunes among the survivors.
-
-    A stand-in for `maskfit.pruning.magnitude_mask`, with its signature: only
-    the unstructured case (`block_size=(1, 1)`, no m-by-n) is implemented.
-
-    Args:
-      weights: an array (or tensor) of finite numbers.
-      sparsity: the fraction of entries to prune, in [0, 1].
-      block_size: must be (1, 1) here.
-      sparsity_m_by_n: must be None here.
-
-    Returns:
-      A float32 array of `weights`' shape: 1 keeps, 0 prunes.
-
-    Example:
-
-    >>> magnitude_mask([[0.5, -3.0], [2.0, 0.1]], 0.5).tolist()
-    [[0.0, 1.0], [1.0, 0.0]]
-    """
-    if tuple(block_size) != (1, 1) or sparsity_m_by_n is not None:
-        raise NotImplementedError(
-            "This magnitude_mask prunes single entries only: pass block_size=(1, 1)"
-            " and sparsity_m_by_n=None (maskfit.pruning.magnitude_mask will do"
-            f" blocks). Received: block_size={block_size!r},"
-            f" sparsity_m_by_n={sparsity_m_by_n!r}"
-        )
-    if not (isinstance(sparsity, numbers.Real) and 0 <= sparsity <= 1):
-        raise ValueError(
-            "magnitude_mask expects a sparsity in [0, 1] (the fraction pruned)."
-            f" Received: sparsity={sparsity!r}"
-        )
-    magnitudes = np.abs(np.asarray(weights, dtype=np.float32))
-    if magnitudes.size == 0 or not np.all(np.isfinite(magnitudes)):
-        raise ValueError(
-            "magnitude_mask expects a non-empty array of finite weights."
-            f" Received shape {magnitudes.shape} with"
-            f" {np.count_nonzero(~np.isfinite(magnitudes))} non-finite entries."
-        )
-    size = magnitudes.size
-    keep = np.round(np.float32(size) * (np.float32(1) - np.float32(sparsity)))
-    keep = max(int(keep), 1)
-    threshold = np.partition(magnitudes.ravel(), size - keep)[size - keep]
-    return (magnitudes >= threshold).astype(np.float32)
-
-
 def _random_mask(alive, keep, rng):
     """Keeps `keep` entries of the 1s of `alive`, drawn uniformly by `rng`."""
     survivors = np.flatnonzero(alive.ravel())
@@ -247,7 +198,7 @@ def _run_seed(trainer, config, data, seed, callbacks_for, on_result):
         sparsities = [1 - (1 - config.layer_rate(o)) ** round_ for o in outputs]
         # Only the survivors are candidates: the pruned are 0, and stay pruned.
         masks["ticket"] = [
-            magnitude_mask(kernel, s) * alive
+            pruning.magnitude_mask(kernel, s).numpy() * alive
             for (kernel, _), s, alive in zip(final, sparsities, masks["ticket"])
         ]
         rng = np.random.default_rng([seed, round_, 2])

@@ -13,9 +13,6 @@ import os
 import subprocess
 import sys
 
-from hypothesis import given
-from hypothesis import settings
-from hypothesis import strategies as st
 import keras
 import numpy as np
 import pytest
@@ -24,7 +21,6 @@ import tensorflow as tf
 from experiments import lottery_ticket_report
 from experiments.lottery_ticket_lib import ARMS
 from experiments.lottery_ticket_lib import Config
-from experiments.lottery_ticket_lib import magnitude_mask
 from experiments.lottery_ticket_lib import run
 import maskfit
 
@@ -289,60 +285,6 @@ def test_run_without_scikit_learn_says_what_to_install_before_writing(
     with pytest.raises(ImportError, match=r'pip install "\.\[experiments\]"'):
         run(TINY, str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.parametrize(
-    "weights, sparsity, expected",
-    [
-        ([3.0, -1.0, 2.0, -4.0], 0.5, [1, 0, 0, 1]),
-        ([3.0, -1.0, 2.0, -4.0], 0.0, [1, 1, 1, 1]),
-        ([3.0, -1.0, 2.0, -4.0], 1.0, [0, 0, 0, 1]),  # TF-MOT keeps at least 1.
-        ([1.0, -1.0, 1.0, 0.5], 0.5, [1, 1, 1, 0]),  # Ties with the k-th are kept.
-        ([0.0, 0.0, 5.0, 0.0], 0.5, [1, 1, 1, 1]),  # Even ties at 0.
-        (list(range(1, 11)), 0.75, [0] * 8 + [1] * 2),  # 2.5 rounds to even: 2.
-        (list(range(1, 15)), 0.75, [0] * 10 + [1] * 4),  # 3.5 rounds to even: 4.
-    ],
-)
-def test_magnitude_mask_keeps_the_k_largest(weights, sparsity, expected):
-    mask = magnitude_mask(np.array(weights, np.float32), sparsity)
-    assert mask.dtype == np.float32
-    np.testing.assert_array_equal(mask, expected)
-
-
-@settings(max_examples=50, deadline=None)
-@given(
-    st.lists(st.floats(-10, 10, width=32), min_size=1, max_size=60, unique=True),
-    st.floats(0, 1),
-)
-def test_magnitude_mask_keeps_round_of_the_unpruned_fraction(values, sparsity):
-    weights = np.array(values, np.float32).reshape(-1, 1)
-    mask = magnitude_mask(weights, sparsity)
-    magnitudes = np.abs(weights)
-    # The contract, computed as TF-MOT does: in float32, half to even, >= 1.
-    unpruned = np.float32(1) - np.float32(sparsity)
-    keep = max(int(np.round(np.float32(len(values)) * unpruned)), 1)
-    tied = np.count_nonzero(magnitudes == np.sort(magnitudes.ravel())[-keep])
-    assert keep <= np.count_nonzero(mask) <= keep + tied - 1
-    if np.count_nonzero(mask) < mask.size:
-        assert magnitudes[mask > 0].min() >= magnitudes[mask == 0].max()
-
-
-@pytest.mark.parametrize(
-    "kwargs, error, message",
-    [
-        ({"sparsity": 1.5}, ValueError, "sparsity in \\[0, 1\\]"),
-        ({"sparsity": 0.5, "block_size": (2, 2)}, NotImplementedError, "block_size"),
-        ({"sparsity": 0.5, "sparsity_m_by_n": (2, 4)}, NotImplementedError, "m_by_n"),
-    ],
-)
-def test_magnitude_mask_rejects_what_it_cannot_do(kwargs, error, message):
-    with pytest.raises(error, match=message):
-        magnitude_mask(np.ones((4, 4), np.float32), **kwargs)
-
-
-def test_magnitude_mask_rejects_non_finite_weights():
-    with pytest.raises(ValueError, match="1 non-finite"):
-        magnitude_mask(np.array([1.0, np.nan, 2.0], np.float32), 0.5)
 
 
 @pytest.mark.parametrize(
