@@ -49,6 +49,31 @@ PRIVATE_MEMBERS = (
         " lists it only once the model has been trained or evaluated.",
     ),
     (
+        "keras.optimizers.Optimizer",
+        "_trainable_variables",
+        "the variables an optimizer was built for: MaskedModel builds it for"
+        " the learnable ones only, and rebuilds it when that set changes; no"
+        " public property lists them.",
+    ),
+    (
+        "keras.optimizers.Optimizer",
+        "_variables",
+        "the optimizer's own variable list, emptied of its slots to rebuild it"
+        " in place (Keras optimizers cannot be built twice).",
+    ),
+    (
+        "keras.optimizers.Optimizer",
+        "_trainable_variables_indices",
+        "the optimizer's variable-to-slot index, reset with `_variables`.",
+    ),
+    (
+        "keras.optimizers.Optimizer",
+        "_model_variables_moving_average",
+        "the EMA averages, aligned with `_trainable_variables`: a frozen"
+        " entry's average is pinned so that `finalize_variable_values` cannot"
+        " move it, and a newly learnable variable's average starts at its value.",
+    ),
+    (
         "keras.src.losses.loss",
         "unscale_loss_for_distribution",
         "undoes the division by the number of replicas before the loss is"
@@ -86,6 +111,83 @@ def unscale_loss_for_distribution(loss):
     return _module("keras.src.losses.loss").unscale_loss_for_distribution(loss)
 
 
+def optimizer_built_variables(optimizer):
+    """The variables `optimizer` was built for, in its order."""
+    return optimizer._trainable_variables
+
+
+def optimizers_within(optimizer):
+    """`optimizer` and every optimizer it wraps (loss scaling, per-variable maps)."""
+    found = [optimizer]
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if inner is not None:
+        found += optimizers_within(inner)
+    for child in getattr(optimizer, "_inner_optimizers", None) or ():
+        found += optimizers_within(child)
+    return found
+
+
+def optimizer_state(optimizer):
+    """Splits the variables one optimizer made in `build` into slots and its own.
+
+    Returns `(slots, own)`: `slots` maps `(attribute, id(model variable))` to
+    the slot kept in that attribute (a list aligned with the variables the
+    optimizer was built for, as every Keras optimizer keeps them:
+    `_momentums`, `_r`, `_model_variables_moving_average`...); `own` lists the
+    other variables it made in `build` (Nadam's momentum product, a loss scale),
+    in order. Its iterations and learning rate are in neither.
+    """
+    built = list(optimizer._trainable_variables)
+    slots, in_slots = {}, set()
+    for attribute, value in sorted(vars(optimizer).items()):
+        if (
+            isinstance(value, list)
+            and value is not optimizer._variables
+            and value is not optimizer._trainable_variables
+            and len(value) == len(built)
+            and any(isinstance(x, keras.Variable) for x in value)
+            and all(x is None or isinstance(x, keras.Variable) for x in value)
+            and not any(x is y for x, y in zip(value, built))
+        ):
+            for variable, slot in zip(built, value):
+                if slot is not None:
+                    slots[(attribute, id(variable))] = slot
+                    in_slots.add(id(slot))
+    fixed = (optimizer._iterations, getattr(optimizer, "_learning_rate", None))
+    own = [
+        v
+        for v in optimizer._variables
+        if id(v) not in in_slots and not any(v is f for f in fixed)
+    ]
+    return slots, own
+
+
+def ema_averages_by_variable(optimizer):
+    """Maps `id(model variable)` to its EMA average in `optimizer` ({} without EMA)."""
+    averages = getattr(optimizer, "_model_variables_moving_average", None)
+    if not getattr(optimizer, "use_ema", False) or not averages:
+        return {}
+    return {
+        id(v): a
+        for v, a in zip(optimizer._trainable_variables, averages)
+        if a is not None
+    }
+
+
+def reset_optimizer(optimizer):
+    """Makes a built optimizer unbuilt again, keeping its iterations and learning rate.
+
+    Its slots are dropped; `optimizer.build(variables)` makes new ones.
+    """
+    for each in optimizers_within(optimizer):
+        fixed = (each._iterations, getattr(each, "_learning_rate", None))
+        # In place: the optimizer's tracker holds this very list.
+        each._variables[:] = [v for v in each._variables if any(v is f for f in fixed)]
+        each._trainable_variables = []
+        each._trainable_variables_indices = {}
+        each.built = False
+
+
 def missing_members():
     """Returns `[(where, member)]` for every listed member this install lacks.
 
@@ -95,10 +197,14 @@ def missing_members():
     inputs = keras.Input((1,))
     model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
     model.compile(optimizer="sgd", loss="mse")
+    optimizer = keras.optimizers.Adam(use_ema=True)
+    optimizer.build(model.trainable_variables)
     missing = []
     for where, member, _ in PRIVATE_MEMBERS:
         if where == "keras.Model":
             owner = model
+        elif where == "keras.optimizers.Optimizer":
+            owner = optimizer
         else:
             try:
                 owner = _module(where)
