@@ -1,15 +1,16 @@
-"""Output units of the built-in Keras layers, read from each layer's class and config.
+"""Output units of the built-in feed-forward Keras layers, from each layer's class and config.
 
-`TABLE` maps every built-in Keras layer class with trainable weights to a
+`TABLE` maps built-in Keras layer classes with trainable weights to a
 function `layer -> OutputUnits`, or to one that raises the refusal with the
-reason (docs/output_mask.md has the table). Classes are matched exactly:
-a subclass may compute differently, so it needs its own declaration.
+reason; `maskfit.keras_recurrent_units` has the recurrent layers, their
+cells and wrappers (docs/output_mask.md has the whole table). Classes are
+matched exactly: a subclass may compute differently, so it needs its own
+declaration.
 """
 
 import re
 
 import keras
-import numpy as np
 
 from maskfit import probe as probe_lib
 from maskfit.output_units import SHARED
@@ -52,6 +53,47 @@ def _negative(axis, rank):
 
 def _channel_axis(layer):
     return -1 if layer.data_format == "channels_last" else -(layer.rank + 1)
+
+
+_bias_add_bug = []
+
+
+def _adds_channels_first_bias_on_last_axis():
+    """Whether `keras.ops.add(x, bias of shape (1, C, 1))` adds along x's last axis.
+
+    Keras 3.15's TensorFlow backend does so when x's last dimension is C too
+    (it takes the add for `tf.nn.bias_add` in NHWC), so the channels_first
+    bias of a convolution whose output width equals its channels reaches
+    every channel. Checked once, by running it.
+    """
+    if not _bias_add_bug:
+        x = keras.ops.zeros((1, 2, 2))
+        bias = keras.ops.reshape(keras.ops.convert_to_tensor([1.0, 2.0]), (1, 2, 1))
+        added = keras.ops.convert_to_numpy(keras.ops.add(x, bias))
+        _bias_add_bug.append(bool(added[0, 0, 1] == 2.0))
+    return _bias_add_bug[0]
+
+
+def _check_channels_first_bias(layer, units):
+    """Refuses a channels_first conv whose bias Keras adds on the wrong axis.
+
+    (The ConvLSTM cells add theirs with `+`, which broadcasts correctly.)
+    """
+    if layer.data_format != "channels_first" or not layer.use_bias:
+        return
+    shape = (layer.get_build_config() or {}).get("input_shape")
+    if shape is None or not _adds_channels_first_bias_on_last_axis():
+        return
+    if layer.compute_output_shape(shape)[-1] == units:
+        raise refusal(
+            layer,
+            f"with data_format='channels_first' and an output whose last dimension"
+            f" equals its {units} channels, this Keras version adds the bias along"
+            " the last axis (keras.ops.add takes it for an NHWC bias), so each bias"
+            " entry reaches every channel",
+            "Use an input size whose output width differs from the number of"
+            " channels, use_bias=False, channels_last, or maskfit.ElementMask.",
+        )
 
 
 def _lora(ownership_of_b, names=("lora_kernel_a", "lora_kernel_b")):
@@ -131,6 +173,7 @@ def _einsum_dense(layer):
 
 def _conv(layer):
     _no_quantization(layer)
+    _check_channels_first_bias(layer, layer.filters)
     owned = {
         "kernel": units_along(-1),
         "bias": units_along(0),
@@ -141,6 +184,7 @@ def _conv(layer):
 
 def _conv_transpose(layer):
     # kernel: kernel_size + (filters, input channels).
+    _check_channels_first_bias(layer, layer.filters)
     owned = {"kernel": units_along(-2), "bias": units_along(0)}
     return OutputUnits(layer.filters, _present(layer, owned), _channel_axis(layer))
 
@@ -149,11 +193,13 @@ def _depthwise(layer):
     # kernel: kernel_size + (in, multiplier); output channel c * multiplier + m.
     kernel = next(v for v in layer.weights if v.name == "kernel")
     units = kernel.shape[-2] * kernel.shape[-1]
+    _check_channels_first_bias(layer, units)
     owned = {"kernel": units_along((-2, -1)), "bias": units_along(0)}
     return OutputUnits(units, _present(layer, owned), _channel_axis(layer))
 
 
 def _separable(layer):
+    _check_channels_first_bias(layer, layer.filters)
     owned = {
         "depthwise_kernel": SHARED,
         "pointwise_kernel": units_along(-1),
@@ -225,154 +271,6 @@ def _scores_only(layer):
     return OutputUnits(units, pairs, output_axis=(-1, None))
 
 
-# ---------------------------------------------------------------- recurrent
-
-
-def _state_shapes(owner, cell):
-    getter = getattr(owner, "get_initial_state", None)
-    if getter is not None:
-        try:
-            return getter(batch_size=probe_lib._BATCH)
-        except TypeError:
-            return getter(probe_lib._BATCH)
-    sizes = (
-        cell.state_size
-        if isinstance(cell.state_size, (list, tuple))
-        else [cell.state_size]
-    )
-    return [np.zeros((probe_lib._BATCH, s)) for s in sizes]
-
-
-def _cell_probe(cell, outputs, owner=None):
-    """Probes one step of `cell` on random inputs and random previous states."""
-    step = probe_lib.sample_inputs(cell)
-    states = _state_shapes(owner or cell, cell)
-
-    def inputs(rng):
-        (x,), _ = step(rng)
-        previous = [
-            keras.ops.convert_to_tensor(rng.normal(size=tuple(s.shape)), x.dtype)
-            for s in keras.tree.flatten(states)
-        ]
-        return (x, keras.tree.pack_sequence_as(states, previous)), {}
-
-    return probe_lib.Probe(cell, inputs, outputs)
-
-
-def _gate_cell(blocks, shared_blocks=(), outputs=3):
-    """Recurrent cells whose kernels hold `blocks` gate blocks of units each."""
-
-    def declare(cell):
-        units = getattr(cell, "units", None) or cell.filters
-        gates = units_along(-1, blocks=blocks, shared_blocks=shared_blocks)
-        owned = {"kernel": gates, "recurrent_kernel": gates, "bias": gates}
-        unit_axis = _channel_axis(cell) if hasattr(cell, "data_format") else -1
-        segments = ((unit_axis, 0, units),) * outputs  # (h, [h]) or (h, [h, c])
-        return OutputUnits(
-            units, _present(cell, owned), segments, probes=[_cell_probe(cell, segments)]
-        )
-
-    return declare
-
-
-def _gru_cell(cell):
-    # With reset_after=False the reset gate r scales h_{t-1} *before* the
-    # recurrent kernel of the candidate, so r's unit j reaches every unit:
-    # its columns are shared. With reset_after=True, r multiplies unit j only.
-    shared = () if cell.reset_after else (1,)
-    return _gate_cell(3, shared, outputs=2)(cell)
-
-
-def _stacked_cells(stacked):
-    last = stacked.cells[-1]
-    inner = output_units_of(last)
-    pairs = inner.pairs(last)
-    ids = {id(v) for v, _ in pairs}
-    pairs += [(v, SHARED) for v in stacked.trainable_weights if id(v) not in ids]
-    earlier = sum(
-        len(c.state_size) if isinstance(c.state_size, (list, tuple)) else 1
-        for c in stacked.cells[:-1]
-    )
-    segments = inner.outputs[:1] + (None,) * earlier + inner.outputs[1:]
-    return OutputUnits(
-        inner.units, pairs, segments, probes=[_cell_probe(stacked, segments)]
-    )
-
-
-def _rnn(layer):
-    cell = layer.cell
-    # The cell of the ConvLSTM layers is not exported by keras.layers.
-    conv_lstm = isinstance(layer, (L.ConvLSTM1D, L.ConvLSTM2D, L.ConvLSTM3D))
-    inner = _gate_cell(4)(cell) if conv_lstm else output_units_of(cell)
-    segments = inner.outputs if layer.return_state else inner.outputs[:1]
-    probe = _cell_probe(cell, inner.outputs, owner=layer)
-    return OutputUnits(inner.units, inner.pairs(cell), segments, probes=[probe])
-
-
-def _shift(pairs, units, by):
-    if units == 1:  # the whole inner layer belongs to its one unit
-        return [(v, units_along((), offset=by)) for v, _ in pairs]
-    return [(v, o if o is SHARED else o.shifted(by)) for v, o in pairs]
-
-
-def _shift_segments(segments, by):
-    return tuple(
-        None if s is None else (s[0], s[1] + by, None if s[2] is None else s[2] + by)
-        for s in segments
-    )
-
-
-def _bidirectional(layer):
-    forward, backward = layer.forward_layer, layer.backward_layer
-    fwd, bwd = output_units_of(forward), output_units_of(backward)
-    axis = fwd.outputs[0][0]
-    merge = layer.merge_mode
-    if merge in ("concat", None):
-        if merge == "concat" and axis != -1:
-            raise refusal(
-                layer,
-                "it concatenates the two directions along the last axis, which is"
-                f" not their unit axis ({axis})",
-            )
-        units, offset = fwd.units + bwd.units, fwd.units
-    else:
-        if fwd.units != bwd.units:
-            raise refusal(layer, "its two directions have different numbers of units")
-        units, offset = fwd.units, 0
-    pairs = _shift(fwd.pairs(forward), fwd.units, 0) + _shift(
-        bwd.pairs(backward), bwd.units, offset
-    )
-    fwd_states, bwd_states = fwd.outputs[1:], _shift_segments(bwd.outputs[1:], offset)
-    if merge == "concat":
-        main = ((axis, 0, units),)
-    elif merge is None:
-        main = (fwd.outputs[0],) + _shift_segments(bwd.outputs[:1], offset)
-    else:
-        main = ((axis, 0, units),)
-    segments = main + ((fwd_states + bwd_states) if layer.return_state else ())
-    probes = [
-        p._replace(outputs=_shift_segments(p.outputs, shift))
-        for declared, inner, shift in ((fwd, forward, 0), (bwd, backward, offset))
-        for p in declared.probes_for(inner)
-    ]
-    return OutputUnits(units, pairs, segments, probes=probes)
-
-
-def _time_distributed(layer):
-    inner_layer = layer.layer
-    inner = output_units_of(inner_layer)
-    segments = tuple(
-        None if s is None else (s[0] + 1 if s[0] >= 0 else s[0], *s[1:])
-        for s in inner.outputs
-    )
-    return OutputUnits(
-        inner.units,
-        inner.pairs(inner_layer),
-        segments,
-        probes=inner.probes_for(inner_layer),
-    )
-
-
 # ----------------------------------------------------------------- refused
 
 
@@ -406,19 +304,6 @@ TABLE = {
     L.GroupQueryAttention: _group_query_attention,
     L.Attention: _scores_only,
     L.AdditiveAttention: _scores_only,
-    L.SimpleRNNCell: _gate_cell(1, outputs=2),
-    L.LSTMCell: _gate_cell(4),
-    L.GRUCell: _gru_cell,
-    L.StackedRNNCells: _stacked_cells,
-    L.RNN: _rnn,
-    L.SimpleRNN: _rnn,
-    L.LSTM: _rnn,
-    L.GRU: _rnn,
-    L.ConvLSTM1D: _rnn,
-    L.ConvLSTM2D: _rnn,
-    L.ConvLSTM3D: _rnn,
-    L.Bidirectional: _bidirectional,
-    L.TimeDistributed: _time_distributed,
     L.SpectralNormalization: _refused(
         "it rewrites its wrapped layer's kernel inside call() (kernel divided by"
         " its spectral norm) on every training step, outside the optimizer, so no"
@@ -445,9 +330,6 @@ def units_from_config(layer):
         L.SimpleRNN,
         L.LSTM,
         L.GRU,
-        L.SimpleRNNCell,
-        L.LSTMCell,
-        L.GRUCell,
     ):
         return layer.units
     if cls is L.Embedding:
@@ -461,12 +343,9 @@ def units_from_config(layer):
         L.Conv3DTranspose,
         L.SeparableConv1D,
         L.SeparableConv2D,
-        L.ConvLSTM1D,
-        L.ConvLSTM2D,
-        L.ConvLSTM3D,
     ):
         return layer.filters
-    if cls is L.TimeDistributed and type(layer.layer) in TABLE:
+    if cls is L.TimeDistributed:
         return units_from_config(layer.layer)
     if cls is L.Bidirectional:
         inner = units_from_config(layer.forward_layer)

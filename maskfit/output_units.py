@@ -351,25 +351,36 @@ def register_output_units(layer_class, declare):
     _registry_version[0] += 1
 
 
-def _declaring_function(cls):
-    from maskfit import keras_units  # the built-in table imports this module
+_builtin = {}
 
+
+def _builtin_table():
+    """The built-in Keras layers' declarations, by exact class."""
+    if not _builtin:
+        # Imported here: those modules build on this one.
+        from maskfit import keras_recurrent_units
+        from maskfit import keras_units
+
+        _builtin.update(keras_units.TABLE)
+        _builtin.update(keras_recurrent_units.TABLE)
+    return _builtin
+
+
+def _declaring_function(cls):
     if cls in _registry:
         return _registry[cls]
     method = getattr(cls, DECLARATION_METHOD, None)
     if method is not None:
         return method
-    return keras_units.TABLE.get(cls)
+    return _builtin_table().get(cls)
 
 
 def has_declaration(layer):
     """Raises the refusal when nothing declares `layer`'s output units."""
     if _declaring_function(type(layer)) is not None:
         return
-    from maskfit import keras_units
-
     cls = type(layer)
-    base = next((b for b in cls.__mro__[1:] if b in keras_units.TABLE), None)
+    base = next((b for b in cls.__mro__[1:] if b in _builtin_table()), None)
     if base is not None:
         reason = (
             f"it subclasses keras.layers.{base.__name__}, whose layout is known, but a"
