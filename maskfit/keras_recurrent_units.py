@@ -27,15 +27,15 @@ def _state_shapes(owner, cell):
     getter = getattr(owner, "get_initial_state", None)
     if getter is not None:
         try:
-            return getter(batch_size=probe_lib._BATCH)
+            return getter(batch_size=probe_lib.BATCH)
         except TypeError:
-            return getter(probe_lib._BATCH)
+            return getter(probe_lib.BATCH)
     sizes = (
         cell.state_size
         if isinstance(cell.state_size, (list, tuple))
         else [cell.state_size]
     )
-    return [np.zeros((probe_lib._BATCH, s)) for s in sizes]
+    return [np.zeros((probe_lib.BATCH, s)) for s in sizes]
 
 
 def _cell_probe(cell, outputs, owner=None):

@@ -1,4 +1,4 @@
-"""Output units of the built-in feed-forward Keras layers, from each layer's class and config.
+"""Output units of the built-in feed-forward Keras layers, from their class and config.
 
 `TABLE` maps built-in Keras layer classes with trainable weights to a
 function `layer -> OutputUnits`, or to one that raises the refusal with the
@@ -44,7 +44,7 @@ def _rank(layer):
     """The rank of the layer's (first) input, from the shape it was built for."""
     config = layer.get_build_config() or {}
     shape = config.get("input_shape")
-    return len(shape) if probe_lib._is_shape(shape) else None
+    return len(shape) if probe_lib.is_shape(shape) else None
 
 
 def _negative(axis, rank):

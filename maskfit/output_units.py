@@ -148,6 +148,9 @@ class OutputUnits:
       probe_inputs: optional `rng -> inputs` giving sample call arguments for
         the self-check (one array, or a tuple of positional arguments). By
         default they are random arrays of the shapes the layer was built for.
+      probes: advanced, for layers that cannot be checked by calling them
+        alone (recurrent layers are checked one cell step): `maskfit.probe.Probe`s
+        that together call every trainable variable.
 
     Example:
 
@@ -157,7 +160,7 @@ class OutputUnits:
     ...         super().__init__()
     ...         self.units = units
     ...     def build(self, input_shape):
-    ...         self.inner = keras.layers.Dense(self.units)  # mixes all units
+    ...         self.inner = keras.layers.Dense(self.units)  # column u: unit u
     ...         self.inner.build(input_shape)
     ...         self.scale = self.add_weight(shape=(self.units,), name="scale")
     ...     def call(self, x):
@@ -176,11 +179,7 @@ class OutputUnits:
     def __init__(
         self, units, variables, output_axis=-1, probe_inputs=None, probes=None
     ):
-        if (
-            not isinstance(units, numbers.Integral)
-            or isinstance(units, bool)
-            or units < 1
-        ):
+        if not _is_int(units) or units < 1:
             raise ValueError(
                 f"OutputUnits units must be a positive integer. Received: {units!r}"
             )
@@ -214,10 +213,11 @@ class OutputUnits:
             if isinstance(variable, str):
                 variable = _find_variable(layer, variable)
             if not isinstance(ownership, (UnitsAlong, _Shared)):
+                path = getattr(variable, "path", variable)
                 raise TypeError(
                     f"The output-unit declaration of layer '{layer.name}' gives"
-                    f" {ownership!r} for variable '{getattr(variable, 'path', variable)}';"
-                    " expected maskfit.units_along(...) or maskfit.SHARED."
+                    f" {ownership!r} for variable '{path}'; expected"
+                    " maskfit.units_along(...) or maskfit.SHARED."
                 )
             pairs.append((variable, ownership))
         return pairs
@@ -238,41 +238,38 @@ def _as_args(inputs):
     return tuple(inputs) if isinstance(inputs, tuple) else (inputs,)
 
 
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _segments(output_axis, units):
-    """Canonical outputs: one `(axis, start, stop or None)` or None per tensor."""
-    if isinstance(output_axis, numbers.Integral) and not isinstance(output_axis, bool):
+    """Canonical outputs: one `(axis, first_unit, stop or None)` or None per tensor."""
+    if _is_int(output_axis):
         return ((int(output_axis), 0, units),)
-    try:
-        entries = list(output_axis)
-    except TypeError:
-        entries = None
+    bad = ValueError(
+        "OutputUnits output_axis must be an axis (int), or one entry per output"
+        " tensor: an axis, None, or (axis, first_unit); at least one must carry"
+        f" the units. Received: {output_axis!r}"
+    )
+    if output_axis is None or isinstance(output_axis, str):
+        raise bad
     segments = []
-    for entry in entries or [object()]:
+    for entry in output_axis:
         if entry is None:
             segments.append(None)
-        elif isinstance(entry, numbers.Integral) and not isinstance(entry, bool):
+        elif _is_int(entry):
             segments.append((int(entry), 0, units))
         elif (
             isinstance(entry, tuple)
             and len(entry) in (2, 3)
-            and all(isinstance(x, numbers.Integral) or x is None for x in entry)
+            and all(_is_int(x) or x is None for x in entry)
         ):
-            segments.append(
-                (int(entry[0]), int(entry[1]), *entry[2:])
-                if len(entry) == 3
-                else (int(entry[0]), int(entry[1]), None)
-            )
+            axis, first, *stop = entry
+            segments.append((int(axis), int(first), stop[0] if stop else None))
         else:
-            raise ValueError(
-                "OutputUnits output_axis must be an axis (int), or one entry per"
-                " output tensor: an axis, None, or (axis, first_unit)."
-                f" Received: {output_axis!r}"
-            )
+            raise bad
     if all(s is None for s in segments):
-        raise ValueError(
-            "OutputUnits output_axis names no output that carries the units, so"
-            " they cannot be checked or gated. Received: output_axis=None"
-        )
+        raise bad
     return tuple(segments)
 
 

@@ -47,7 +47,7 @@ class MaskSlot(
 
 
 def _output_slot(layer, spec, position):
-    """The slot of an `OutputMask` (or a schedule of them), or None if nothing is owned."""
+    """The slot of an `OutputMask` (or a schedule of them); None if nothing is owned."""
     boundaries, interval_specs = spec.schedule()
     resolved = interval_specs[0].layer_units(layer)
     for interval_spec in interval_specs[1:]:

@@ -18,10 +18,19 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["Probe", "check", "dependencies", "probing", "is_probing", "sample_inputs"]
+__all__ = [
+    "BATCH",
+    "Probe",
+    "check",
+    "dependencies",
+    "is_probing",
+    "is_shape",
+    "probing",
+    "sample_inputs",
+]
 
 _DRAWS = 2
-_BATCH = 2
+BATCH = 2
 _probing = [0]
 
 
@@ -54,7 +63,8 @@ class Probe(NamedTuple):
     outputs: tuple
 
 
-def _is_shape(value):
+def is_shape(value):
+    """Whether `value` is one shape (ints and None), not a structure of shapes."""
     return isinstance(value, (tuple, list)) and all(
         d is None or isinstance(d, (int, np.integer)) for d in value
     )
@@ -62,21 +72,16 @@ def _is_shape(value):
 
 def _fill(layer):
     """A size for unknown (None) dimensions that a kernel of the layer fits."""
-    kernel = getattr(layer, "kernel_size", None) or ()
-    dilation = getattr(layer, "dilation_rate", None) or ()
-    if isinstance(kernel, int):
-        kernel = (kernel,)
-    if isinstance(dilation, int):
-        dilation = (dilation,) * len(kernel)
-    needed = [(k - 1) * (d or 1) + 1 for k, d in zip(kernel, list(dilation) + [1] * 8)]
-    return max([4] + needed)
+    kernel = np.atleast_1d(getattr(layer, "kernel_size", None) or 1)
+    dilation = np.atleast_1d(getattr(layer, "dilation_rate", None) or 1)
+    return int(max(4, np.max((kernel - 1) * dilation + 1)))
 
 
 def _random(shape, rng, dtype, fill, integers):
-    if not _is_shape(shape):
+    if not is_shape(shape):
         return [_random(s, rng, dtype, fill, integers) for s in shape]
     shape = [
-        _BATCH if i == 0 and d is None else (fill if d is None else d)
+        BATCH if i == 0 and d is None else (fill if d is None else d)
         for i, d in enumerate(shape)
     ]
     if integers is not None:
@@ -85,7 +90,7 @@ def _random(shape, rng, dtype, fill, integers):
 
 
 def sample_inputs(layer, integers=None):
-    """Returns `rng -> (args, kwargs)` of random inputs of the shapes `layer` was built for.
+    """Returns `rng -> (args, kwargs)`: random inputs of the shapes of `layer`'s build.
 
     The shapes are the ones Keras records when `build` runs
     (`layer.get_build_config()`); unknown dimensions become small sizes.

@@ -117,9 +117,8 @@ def _layout(variable, ownership, units):
 
 
 def _resolve(layer, declared):
-    """Validates `declared` against `layer`; returns `(LayerUnits, owners)`."""
+    """Validates the `OutputUnits` `declared` against `layer`; returns `LayerUnits`."""
     trainable = list(layer.trainable_weights)
-    trainable_ids = {id(v) for v in trainable}
     all_ids = {id(v) for v in layer.weights}
     given = {}
     for variable, ownership in declared.pairs(layer):
@@ -144,11 +143,7 @@ def _resolve(layer, declared):
             " maskfit.units_along(...) or maskfit.SHARED."
         )
     units = declared.units
-    layouts = [
-        (v, _layout(v, given[id(v)], units))
-        for v in trainable
-        if id(v) in trainable_ids
-    ]
+    layouts = [(v, _layout(v, given[id(v)], units)) for v in trainable]
     if all(layout is None for _, layout in layouts):
         raise declared_lib.refusal(
             layer,

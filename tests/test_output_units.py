@@ -72,6 +72,39 @@ class Undeclared(Inner):
     maskfit_output_units = None
 
 
+class ScaledDense(L.Layer):
+    """The example of docs/output_mask.md, as written there."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(
+            shape=(input_shape[-1], self.units), name="kernel"
+        )
+        self.bias = self.add_weight(shape=(self.units,), name="bias")
+        self.scale = self.add_weight(shape=(self.units,), name="scale")
+        self.offset = keras.layers.Dense(1)  # reaches every unit: shared
+        self.offset.build(input_shape)
+
+    def call(self, x):
+        return (x @ self.kernel + self.bias) * self.scale + self.offset(x)
+
+    def maskfit_output_units(self):
+        return maskfit.OutputUnits(
+            self.units,
+            [
+                (self.kernel, maskfit.units_along(-1)),  # column u -> unit u
+                (self.bias, maskfit.units_along(0)),
+                (self.scale, maskfit.units_along(0)),
+                (self.offset.kernel, maskfit.SHARED),
+                (self.offset.bias, maskfit.SHARED),
+            ],
+            output_axis=-1,
+        )
+
+
 class SubDense(L.Dense):
     """A subclass of a known layer: not assumed to keep its layout."""
 
@@ -441,6 +474,7 @@ CASES = [
     Case("Pipeline", lambda: L.Pipeline([L.Dense(3)]), ((None, 4),), 3, R),
     Case("custom-undeclared", lambda: Undeclared(3), ((None, 3),), 3, R),
     Case("custom-declared", lambda: Inner(3), ((None, 3),), 3, C),
+    Case("custom-docs-example", lambda: ScaledDense(4), ((None, 3),), 4, C),
     Case("Dense-subclass", lambda: SubDense(3), ((None, 2),), 3, R),
 ]
 
