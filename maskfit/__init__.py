@@ -9,6 +9,10 @@ from maskfit.gradients import custom_gradient
 from maskfit.gradients import reduce_to_shape
 from maskfit.model import MaskedModel
 from maskfit.model import MaskedSequential
+from maskfit.output_units import SHARED
+from maskfit.output_units import OutputUnits
+from maskfit.output_units import register_output_units
+from maskfit.output_units import units_along
 from maskfit.schedules import PiecewiseMask
 from maskfit.specs import ElementMask
 from maskfit.specs import OutputMask
@@ -26,12 +30,16 @@ __all__ = [
     "MaskedModel",
     "MaskedSequential",
     "OutputMask",
+    "OutputUnits",
     "PiecewiseMask",
     "reduce_to_shape",
+    "register_output_units",
     "set_mask",
+    "SHARED",
     "summary",
     "Summary",
     "SummaryRow",
+    "units_along",
 ]
 
 __version__ = "0.1.0"

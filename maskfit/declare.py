@@ -7,7 +7,9 @@ import weakref
 import keras
 import tensorflow as tf
 
+from maskfit import probe
 from maskfit import specs
+from maskfit import units
 
 __all__ = [
     "set_mask",
@@ -89,8 +91,28 @@ def get_mask(layer):
 
 
 def masked_layers(model):
-    """Returns `[(layer, spec)]` for `model` and every layer nested in it."""
+    """Returns `[(layer, spec)]` for `model` and every layer nested in it.
+
+    Raises:
+      ValueError: when a masked layer sits inside a
+        `keras.layers.SpectralNormalization`, which rewrites its kernel in
+        `call()`, outside the optimizer, so no mask could hold.
+    """
     layers = [model] + list(model._flatten_layers(include_self=False))
+    for layer in layers:
+        if isinstance(layer, keras.layers.SpectralNormalization):
+            inner = [layer.layer] + list(
+                layer.layer._flatten_layers(include_self=False)
+            )
+            masked = [x.name for x in inner if get_mask(x) is not None]
+            if masked:
+                raise ValueError(
+                    f"Layer '{masked[0]}' carries a gradient mask but is wrapped by"
+                    f" SpectralNormalization '{layer.name}', which rewrites its"
+                    " kernel inside call() on every training step, outside the"
+                    " optimizer, so frozen entries would move. Remove the mask, or"
+                    " the SpectralNormalization wrapper."
+                )
     return [(layer, get_mask(layer)) for layer in layers if get_mask(layer)]
 
 
@@ -101,7 +123,8 @@ def all_masked_layers():
 
 @tf.custom_gradient
 def _gate(outputs, values):
-    """Identity forward; the gradient is scaled by `values`, and 0 where 0."""
+    """Identity forward; the gradient is scaled by `values` (which broadcast
+    along the output's unit axis), and 0 where 0."""
 
     def grad(upstream):
         values_ = tf.cast(values, upstream.dtype)
@@ -118,23 +141,48 @@ def set_gate_values(layer, values):
 
 def _gate_outputs(layer, outputs):
     spec = get_mask(layer)
-    if not getattr(spec, "backprop", False):
+    if not getattr(spec, "backprop", False) or probe.is_probing():
         return outputs
+    flat = tf.nest.flatten(outputs)
+    if not any(isinstance(y, tf.Tensor) for y in flat):
+        return outputs  # a symbolic (functional) call
+    segments = units.output_segments(layer)
     values = getattr(layer, _GATE_ATTR, None)
     values = tf.convert_to_tensor(spec.values if values is None else values)
+    gated = []
+    for i, y in enumerate(flat):
+        segment = segments[i] if i < len(segments) else None
+        if segment is None or not isinstance(y, tf.Tensor):
+            gated.append(y)
+            continue
+        gated.append(_gate(y, _gate_values(layer, y, segment, values, spec.units)))
+    return tf.nest.pack_sequence_as(outputs, gated)
 
-    def gate_one(y):
-        if not isinstance(y, tf.Tensor) or y.shape.rank is None or y.shape.rank < 1:
-            return y
-        if y.shape[-1] is not None and y.shape[-1] != spec.units:
-            raise ValueError(
-                f"OutputMask(backprop=True) on layer '{layer.name}' has"
-                f" {spec.units} values, but the layer's output has last"
-                f" dimension {y.shape[-1]}. Pass one value per output unit."
-            )
-        return _gate(y, values)
 
-    return tf.nest.map_structure(gate_one, outputs)
+def _gate_values(layer, output, segment, values, units_count):
+    """The slice of `values` that `output` carries, shaped along its unit axis."""
+    axis, start, stop = segment
+    rank = output.shape.rank
+    if rank is None or not -rank <= axis < rank:
+        raise ValueError(
+            f"OutputMask(backprop=True) on layer '{layer.name}' gates the output's"
+            f" unit axis {axis}, but the output has shape {output.shape}. Use"
+            " backprop=False, or declare the layer's output_axis."
+        )
+    size = output.shape[axis]
+    end = stop if stop is not None else (None if size is None else start + size)
+    if size is not None and (end - start != size or end > units_count):
+        raise ValueError(
+            f"OutputMask(backprop=True) on layer '{layer.name}' has"
+            f" {units_count} values, but the layer's output has {size} entries"
+            f" along its unit axis {axis} (units {start}..{end - 1} expected)."
+            " Pass one value per output unit."
+        )
+    if end is None:
+        end = start + tf.shape(output)[axis]
+    shape = [1] * rank
+    shape[axis] = -1
+    return tf.reshape(values[start:end], shape)
 
 
 def _install_backprop_gate(layer):

@@ -46,9 +46,12 @@ def _where_masked(gradient, mask):
     return tf.math.multiply_no_nan(gradient, tf.cast(mask, gradient.dtype))
 
 
-def _mask_gradient(gradient, mask, kind):
+def _mask_gradient(gradient, mask):
     if isinstance(gradient, tf.IndexedSlices):
-        rows = tf.gather(mask, gradient.indices) if kind == "element" else mask
+        # `mask` has the variable's rank; a size-1 first axis broadcasts
+        # against the gathered rows, any other is gathered with them.
+        same = mask.shape[0] == 1
+        rows = mask if same else tf.gather(mask, gradient.indices)
         values = _where_masked(gradient.values, rows)
         return tf.IndexedSlices(values, gradient.indices, gradient.dense_shape)
     return _where_masked(gradient, mask)
@@ -60,7 +63,16 @@ def variable_handle(variable):
 
 
 class _SlotState:
-    """The variables behind one `MaskSlot`: the mask in force, and its schedule."""
+    """The variables behind one `MaskSlot`: the mask in force, and its schedule.
+
+    `current` holds the mask in force: the `(units,)` values of an
+    `OutputMask` slot, or the variable-shaped mask of an `ElementMask` slot.
+    `table` and `boundaries` (None for a fixed mask) hold a schedule's masks,
+    one row per interval. Nothing else is state: an `OutputMask`'s mask on a
+    variable is `layout.expand(current)`, computed in the step from a
+    constant index. A variable is fully frozen only when all of its layout's
+    units are 0 *and* the layout has no shared entries (`layout.has_shared`).
+    """
 
     def __init__(self, slot, dtype):
         name = f"grad_mask_{slot.layer.name}_{slot.kind}"
@@ -130,7 +142,7 @@ class GradientMasker:
         self._step = step
         self._slots = {}  # key -> MaskSlot
         self._states = {}  # key -> _SlotState
-        self._by_index = {}  # variable position -> (kind, _SlotState)
+        self._by_index = {}  # variable position -> (_SlotState, UnitLayout or None)
         self._version = None
         self.update()
 
@@ -151,17 +163,33 @@ class GradientMasker:
         return any(state.table is not None for state in self._states.values())
 
     def state_bytes(self):
-        """Bytes of mask state this masker keeps (masks, schedules, boundaries)."""
+        """Bytes of mask state this masker keeps (masks, schedules, boundaries).
+
+        The constant unit-layout indices of `OutputMask` slots count too.
+        """
         total = 0
         for state in self._states.values():
             for variable in (state.current, state.table, state.boundaries):
                 if variable is not None:
                     total += variable.shape.num_elements() * variable.dtype.size
+        for slot in self._slots.values():
+            total += sum(layout.index.nbytes for layout in slot.layouts or ())
         return total
 
     def mask_value(self, index):
-        """Returns the mask in force for variable `index` as a numpy array."""
-        return self._by_index[index][1].current.numpy()
+        """Returns the mask in force for variable `index` as a numpy array.
+
+        It broadcasts against the variable (an `OutputMask`'s values expanded
+        onto it, shared entries 1).
+        """
+        return self._variable_mask(index).numpy()
+
+    def _variable_mask(self, index):
+        """The mask on variable `index`, broadcastable to it (traced in the step)."""
+        state, layout = self._by_index[index]
+        if layout is None:
+            return tf.convert_to_tensor(state.current)
+        return layout.expand(state.current)
 
     def update(self, force=False):
         """Reads the specs again; returns True if the step must retrace.
@@ -192,9 +220,12 @@ class GradientMasker:
             retrace = True
         self._slots = slots
         self._by_index = {
-            index: (slot.kind, self._states[key])
+            index: (
+                self._states[key],
+                None if slot.layouts is None else slot.layouts[i],
+            )
             for key, slot in slots.items()
-            for index in slot.indices
+            for i, index in enumerate(slot.indices)
         }
         self._version = version
         return retrace
@@ -208,9 +239,11 @@ class GradientMasker:
     def mask_gradients(self, gradients):
         """Returns `gradients` with every mask applied (traced once)."""
         gradients = list(gradients)
-        for index, (kind, state) in self._by_index.items():
+        for index in self._by_index:
             if gradients[index] is not None:
-                gradients[index] = _mask_gradient(gradients[index], state.current, kind)
+                gradients[index] = _mask_gradient(
+                    gradients[index], self._variable_mask(index)
+                )
         return gradients
 
     def apply(self, optimizer, gradients, variables=None, masked=True):
@@ -238,31 +271,31 @@ class GradientMasker:
                 optimizer,
                 [variables[i] for i in guarded],
                 snapshots,
-                [self._by_index[i][1].current for i in guarded],
+                [self._by_index[i] for i in guarded],
             )
 
     def _restore(self, optimizer, variables, snapshots, masks):
         averages = ema_averages(optimizer, variables)
         targets = [variable_handle(v) for v in variables]
 
-        def restore(target, snapshot, mask):
-            frozen = tf.equal(mask, tf.zeros([], mask.dtype))
-            return target.assign(tf.where(frozen, snapshot, target))
-
         def restore_all(distribution, snapshots):
-            for target, snapshot, mask, average in zip(
+            for target, snapshot, (state, layout), average in zip(
                 targets, snapshots, masks, averages
             ):
-                distribution.extended.update(
-                    target, restore, args=(snapshot, mask), group=False
-                )
-                if average is not None:
-                    distribution.extended.update(
-                        variable_handle(average),
-                        restore,
-                        args=(snapshot, mask),
-                        group=False,
-                    )
+
+                def restore(target, snapshot, values, layout=layout):
+                    mask = values if layout is None else layout.expand(values)
+                    frozen = tf.equal(mask, tf.zeros([], mask.dtype))
+                    return target.assign(tf.where(frozen, snapshot, target))
+
+                for variable in (target, average):
+                    if variable is not None:
+                        distribution.extended.update(
+                            variable_handle(variable),
+                            restore,
+                            args=(snapshot, state.current),
+                            group=False,
+                        )
 
         tf.__internal__.distribute.interim.maybe_merge_call(
             restore_all, tf.distribute.get_strategy(), snapshots

@@ -1,10 +1,12 @@
 """Gradient-mask specs: what may learn in a layer, declared as plain data."""
 
 import abc
-import numbers
 
 import keras
 import numpy as np
+
+from maskfit import output_units
+from maskfit import units as units_lib
 
 __all__ = ["GradMaskSpec", "OutputMask", "ElementMask", "as_grad_mask_spec"]
 
@@ -103,19 +105,32 @@ def _configs_equal(a, b):
 class OutputMask(GradMaskSpec):
     """Lets only some output units of a layer learn.
 
-    One value per output unit (the last axis of the layer's output). The value
-    applies along the last axis of every trainable variable of the layer whose
-    last dimension equals the number of units: Dense and Conv kernels, biases,
-    normalization scales and offsets. 1 learns, 0 is frozen (the entry stays
-    bit-identical under any optimizer), a value in between scales that unit's
-    gradient. It costs O(units) memory, whatever the size of the variables.
+    One value per output unit of the layer (its channels, features or units:
+    the unit axis of its output, e.g. axis 1 for `channels_first`). An entry of
+    a parameter belongs to output unit `u` when it affects unit `u` and no
+    other unit in one call of the layer (for recurrent layers, in one cell
+    step): a Dense kernel's column, a transposed convolution's `[..., u, :]`
+    slice, a depthwise kernel's `[..., c, m]` for channel `c * multiplier + m`,
+    an LSTM's column of `u` in every gate block. Each such entry gets its
+    unit's value: 1 learns, 0 is frozen (it stays bit-identical under any
+    optimizer), a value in between scales its gradient. Entries shared by
+    several units (attention query and key kernels, a LoRA `A` matrix, a
+    separable convolution's depthwise kernel) keep learning, and
+    `maskfit.summary` counts them as shared.
+
+    Which entries belong to which unit comes from the layer's real structure
+    (`maskfit.keras_units` for the built-in Keras layers; a declaration for
+    your own, see `maskfit.OutputUnits`), and is checked against the layer's
+    gradients on random inputs once. A layer maskfit cannot serve is refused
+    with an error, never guessed (docs/output_mask.md lists every Keras
+    layer). It costs O(units) memory, whatever the size of the variables.
 
     Args:
         values: one non-negative finite number per output unit.
         backprop: if True, the gradient that arrives at the frozen units'
-            outputs is blocked as well (scaled for values in between), so no
-            upstream layer learns from those units either. The forward value is
-            unchanged.
+            outputs (along the output's unit axis) is blocked as well (scaled
+            for values in between), so no upstream layer learns from those
+            units either. The forward value is unchanged.
 
     Example:
 
@@ -151,34 +166,47 @@ class OutputMask(GradMaskSpec):
         return int(self.values.shape[0])
 
     def check_layer(self, layer):
-        self._check_declared_units(layer)
-        super().check_layer(layer)
+        """Checks the mask against `layer`: fully if built, else what is known.
 
-    def _check_declared_units(self, layer):
-        declared = getattr(layer, "units", None) or getattr(layer, "filters", None)
-        if isinstance(declared, numbers.Integral) and declared != self.units:
+        An unbuilt layer is checked for a declaration and, where its config
+        tells, its number of units; the rest is checked when it is planned.
+        """
+        if layer.built and not layer.trainable_weights:
+            super().check_layer(layer)
+        if not layer.built:
+            self._check_length(layer, output_units.units_before_build(layer))
+            return
+        self.layer_units(layer)
+
+    def _check_length(self, layer, units):
+        if units is not None and units != self.units:
             raise ValueError(
                 f"OutputMask on layer '{layer.name}' has {self.units} values but the"
-                f" layer has {declared} output units. Pass one value per unit."
+                f" layer ({type(layer).__name__}) has {units} output units. Pass one"
+                " value per output unit."
             )
 
+    def layer_units(self, layer):
+        """Returns the layer's checked `units.LayerUnits`; raises if they do not fit.
+
+        Raises:
+          ValueError: when the layer is refused (see `maskfit.OutputUnits`) or
+            the number of values is not its number of output units.
+        """
+        resolved = units_lib.layer_units(layer)
+        self._check_length(layer, resolved.units)
+        return resolved
+
     def resolve(self, layer):
-        units = self.units
-        self._check_declared_units(layer)
-        matched = [
-            (v, self.values, "output")
-            for v in layer.trainable_weights
-            if len(v.shape) >= 1 and v.shape[-1] == units
+        """Returns `(variable, mask, "output")` for the variables with owned entries.
+
+        `mask` broadcasts against the variable; shared entries are 1.
+        """
+        return [
+            (variable, layout.expand_numpy(self.values), "output")
+            for variable, layout in self.layer_units(layer).layouts
+            if layout is not None
         ]
-        if not matched:
-            shapes = {v.path: tuple(v.shape) for v in layer.trainable_weights}
-            raise ValueError(
-                f"OutputMask with {units} values fits no trainable variable of layer"
-                f" '{layer.name}': it applies to variables whose last dimension is"
-                f" {units}, and the layer has {shapes}. Pass one value per output"
-                " unit, or use ElementMask for a full-shape mask."
-            )
-        return matched
 
     def get_config(self):
         return {"values": self.values.tolist(), "backprop": self.backprop}

@@ -13,13 +13,24 @@ __all__ = ["summary", "Summary", "SummaryRow"]
 
 
 class SummaryRow(NamedTuple):
-    """One trainable variable: its size, and how much of it can learn."""
+    """One trainable variable: its size, and how much of it can learn.
+
+    `learnable + frozen == params`; `shared` counts the learnable entries of
+    an `OutputMask` layer that affect several output units, which the mask
+    never freezes.
+    """
 
     path: str
     shape: tuple
     params: int
     learnable: int
     mask_kind: str  # "none", "output" or "element"
+    shared: int = 0
+
+    @property
+    def frozen(self):
+        """Entries whose mask is 0: they never change in training."""
+        return self.params - self.learnable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,12 +43,15 @@ class Summary:
       learnable_params: those whose mask value is > 0 (no mask: all), the
         effective trainable parameter count.
       non_trainable_params: parameters in non-trainable variables.
+      shared_params: learnable parameters of `OutputMask` layers shared by
+        several output units (never frozen by the mask).
     """
 
     rows: tuple
     trainable_params: int
     learnable_params: int
     non_trainable_params: int
+    shared_params: int = 0
 
     @property
     def frozen_params(self):
@@ -49,10 +63,13 @@ class Summary:
         return self.trainable_params + self.non_trainable_params
 
 
-def _learnable(shape, kind, mask):
-    if kind == "output":
-        return int(np.count_nonzero(mask > 0)) * int(np.prod(shape[:-1], dtype=int))
-    return int(np.count_nonzero(mask > 0))
+def _counts(shape, entry):
+    """`(learnable, shared)` entries of a variable of `shape` under `entry`."""
+    mask = np.broadcast_to(entry.mask, shape)
+    shared = (
+        0 if entry.shared is None else int(np.broadcast_to(entry.shared, shape).sum())
+    )
+    return int(np.count_nonzero(mask > 0)), shared
 
 
 def summary(model, print_fn=print, step=None):
@@ -60,8 +77,10 @@ def summary(model, print_fn=print, step=None):
 
     For every trainable variable: its path, shape and parameter count, how
     many of its entries can still learn after the masks declared with
-    `maskfit.set_mask` (an entry learns when its mask value is > 0), and the
-    kind of mask on it (`none`, `output` or `element`). The totals give the
+    `maskfit.set_mask` (an entry learns when its mask value is > 0) and how
+    many are frozen, how many of the learnable ones an `OutputMask` leaves
+    free because they are shared by several output units, and the kind of
+    mask on it (`none`, `output` or `element`). The totals give the
     effective number of trainable parameters.
 
     Args:
@@ -106,11 +125,11 @@ def summary(model, print_fn=print, step=None):
         shape = tuple(variable.shape)
         params = int(np.prod(shape, dtype=int))
         if index in entries:
-            _, kind, mask = entries[index]
-            learnable = _learnable(shape, kind, mask)
+            kind = entries[index].kind
+            learnable, shared = _counts(shape, entries[index])
         else:
-            kind, learnable = "none", params
-        rows.append(SummaryRow(variable.path, shape, params, learnable, kind))
+            kind, learnable, shared = "none", params, 0
+        rows.append(SummaryRow(variable.path, shape, params, learnable, kind, shared))
     result = Summary(
         rows=tuple(rows),
         trainable_params=sum(r.params for r in rows),
@@ -118,6 +137,7 @@ def summary(model, print_fn=print, step=None):
         non_trainable_params=sum(
             int(np.prod(v.shape, dtype=int)) for v in model.non_trainable_variables
         ),
+        shared_params=sum(r.shared for r in rows),
     )
     if print_fn is not None:
         for line in _table(model.name, result):
@@ -126,17 +146,33 @@ def summary(model, print_fn=print, step=None):
 
 
 def _table(name, result):
-    header = ("Variable (path)", "Shape", "Params", "Learnable", "Mask")
+    header = (
+        "Variable (path)",
+        "Shape",
+        "Params",
+        "Learnable",
+        "Frozen",
+        "Shared",
+        "Mask",
+    )
     cells = [header] + [
-        (r.path, str(r.shape), f"{r.params:,}", f"{r.learnable:,}", r.mask_kind)
+        (
+            r.path,
+            str(r.shape),
+            f"{r.params:,}",
+            f"{r.learnable:,}",
+            f"{r.frozen:,}",
+            f"{r.shared:,}" if r.mask_kind == "output" else "-",
+            r.mask_kind,
+        )
         for r in result.rows
     ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
 
     def line(row):
         left = [c.ljust(w) for c, w in zip(row[:2], widths[:2])]
-        right = [c.rjust(w) for c, w in zip(row[2:4], widths[2:4])]
-        return "  ".join(left + right + [row[4].ljust(widths[4])]).rstrip()
+        right = [c.rjust(w) for c, w in zip(row[2:6], widths[2:6])]
+        return "  ".join(left + right + [row[6].ljust(widths[6])]).rstrip()
 
     rule = "-" * len(line(header))
     yield f'Masked summary: "{name}"'
@@ -151,4 +187,9 @@ def _table(name, result):
         f" Learnable params (after masks): {result.learnable_params:,}"
         f" ({result.frozen_params:,} frozen)"
     )
+    if any(r.mask_kind == "output" for r in result.rows):
+        yield (
+            f" Shared by several output units (OutputMask leaves them learning):"
+            f" {result.shared_params:,}"
+        )
     yield f" Non-trainable params: {result.non_trainable_params:,}"

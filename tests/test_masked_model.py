@@ -178,6 +178,9 @@ class Unbuilt(keras.layers.Layer):
     def call(self, x):
         return x @ self.w
 
+    def maskfit_output_units(self):
+        return maskfit.OutputUnits(3, [(self.w, maskfit.units_along(-1))])
+
 
 def test_a_spec_that_does_not_fit_fails_at_build_time_and_changes_nothing():
     inputs = keras.Input((2,))
@@ -186,7 +189,7 @@ def test_a_spec_that_does_not_fit_fails_at_build_time_and_changes_nothing():
     model.compile(optimizer=keras.optimizers.AdamW(0.1), loss="mse")
     before = layer.w.numpy()
     with pytest.raises(
-        ValueError, match=r"fits no trainable variable of layer 'custom'"
+        ValueError, match=r"layer 'custom' has 2 values .* 3 output units"
     ):
         model.fit(np.ones((4, 2)), np.ones((4, 3)), verbose=0)
     np.testing.assert_array_equal(layer.w.numpy(), before)

@@ -49,6 +49,34 @@ def test_counts_with_output_and_element_masks():
     assert result.learnable_params == 20
     assert result.frozen_params == 14
     assert result.rows[0].shape == (3, 4)
+    assert [r.frozen for r in result.rows] == [9, 0, 0, 0, 4, 1]
+    assert result.shared_params == 0  # a Dense has no shared entries
+
+
+def test_shared_entries_of_an_output_mask_are_counted_and_learn():
+    """MultiHeadAttention: only the output projection belongs to units."""
+    query = keras.Input((3, 4))
+    attention = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4)
+    model = keras.Model(query, attention(query, query))
+    maskfit.set_mask(attention, maskfit.OutputMask([1, 0, 0, 1]))
+    lines = []
+    result = summary(model, print_fn=lines.append)
+    rows = {r.path.split("/", 1)[1]: r for r in result.rows}
+    for name in ("query/kernel", "key/kernel", "value/kernel", "query/bias"):
+        row = rows[name]
+        assert (row.learnable, row.frozen, row.shared) == (row.params, 0, row.params)
+        assert row.mask_kind == "output"
+    kernel = rows["attention_output/kernel"]  # (heads, key_dim, units)
+    assert (kernel.params, kernel.learnable, kernel.frozen, kernel.shared) == (
+        32,
+        16,
+        16,
+        0,
+    )
+    assert result.shared_params == 3 * (32 + 8)
+    assert result.frozen_params == 16 + 2
+    assert "Frozen" in lines[2] and "Shared" in lines[2]
+    assert any("Shared by several output units" in line for line in lines)
 
 
 def test_output_mask_on_a_conv_counts_every_position():
@@ -63,7 +91,18 @@ def test_prints_a_table_with_totals():
     summary(_model(head_mask=maskfit.OutputMask([1, 0])), print_fn=lines.append)
     text = "\n".join(lines)
     assert "Learnable" in lines[2] and "Mask" in lines[2]
-    assert any("(4, 2)" in line and "output" in line for line in lines)
+    assert lines[2].split() == [
+        "Variable",
+        "(path)",
+        "Shape",
+        "Params",
+        "Learnable",
+        "Frozen",
+        "Shared",
+        "Mask",
+    ]
+    head_kernel = next(line for line in lines if "(4, 2)" in line)
+    assert head_kernel.split()[-5:] == ["8", "4", "4", "0", "output"]
     assert "Trainable params: 34" in text
     assert "Learnable params (after masks): 29 (5 frozen)" in text
 
