@@ -15,6 +15,8 @@ import tensorflow as tf
 
 import maskfit
 from maskfit import masker as masker_lib
+from maskfit import model as model_lib
+from maskfit import step_plan
 
 COLUMNS = (
     "model",
@@ -112,89 +114,116 @@ def _nbytes(variable):
 
 def _memory(model):
     """Returns `(param, mask state, snapshot)` bytes of `model` after its first fit."""
-    params = sum(_nbytes(v) for v in model.trainable_variables)
+    variables = model_lib.all_trainable_variables(model)
+    params = sum(_nbytes(v) for v in variables)
     masker = getattr(model, "_maskfit_masker", None)
     if masker is None:
         return params, 0, 0
-    variables = model.trainable_variables
     guarded = [
         variables[i]
         for i in masker.masked_indices
-        if masker_lib.moves_zero_gradient_entries(model.optimizer, variables[i])
+        if i not in masker.plan.frozen
+        and masker.plan.guarded[i] != step_plan.NEVER
+        and masker_lib.moves_zero_gradient_entries(model.optimizer, variables[i])
     ]
     return params, masker.state_bytes(), sum(_nbytes(v) for v in guarded)
 
 
-class _Contender:
-    """One compiled model and an endless iterator over one fixed batch."""
+class Timed:
+    """One compiled model and an endless iterator over one fixed batch.
 
-    def __init__(self, config, model_name, mode, optimizer, mask):
-        self.key = (model_name, mode, optimizer, mask)
-        keras.utils.set_random_seed(config.seed)
-        model, layers, (x, y) = _build(config, model_name, masked=mask != "none")
-        _set_masks(layers, mask, config.sparsity, config.seed)
-        model.compile(
-            optimizer=_optimizer(optimizer),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            jit_compile=mode == "jit",
-            steps_per_execution=config.steps_per_execution,
-        )
+    `fit` builds the optimizer, the masker and the train function; the timed
+    calls then reuse that function on a plain iterator, which needs one more
+    trace, done here too, with `warmup_steps` untimed steps.
+    """
+
+    def __init__(self, key, model, x, y, steps, steps_per_execution, warmup_steps):
+        self.key = key
         dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
-        # fit builds the optimizer, the masker and the train function; the
-        # timed calls then reuse that function on a plain iterator, which
-        # needs one more trace, done here too.
-        model.fit(
-            dataset,
-            steps_per_epoch=config.steps_per_execution,
-            shuffle=False,
-            verbose=0,
-        )
+        model.fit(dataset, steps_per_epoch=steps_per_execution, shuffle=False, verbose=0)
         self.model = model
         self.iterator = iter(dataset)
-        self.calls = max(1, config.steps // config.steps_per_execution)
-        self.steps = self.calls * config.steps_per_execution
-        for _ in range(max(1, config.warmup_steps // config.steps_per_execution)):
+        self.calls = max(1, steps // steps_per_execution)
+        self.steps = self.calls * steps_per_execution
+        for _ in range(max(1, warmup_steps // steps_per_execution)):
             model.train_function(self.iterator)
-        self.memory = _memory(model)
 
     def time_step(self):
         """Runs `steps` training steps; returns wall and CPU seconds per step."""
-        train_function = self.model.train_function
         start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(self.calls):
-            logs = train_function(self.iterator)
+            # Looked up per call, as fit does: a schedule may retrace it.
+            logs = self.model.train_function(self.iterator)
         float(logs["loss"])
         wall = time.perf_counter() - start
         return wall / self.steps, (time.process_time() - start_cpu) / self.steps
+
+
+def round_robin(contenders, repeats):
+    """Times `contenders` in turn for `repeats` rounds; returns `(wall, cpu)` dicts.
+
+    Each maps a contender's key to its seconds per step, one per round. The
+    first call of each function after the others were built is slow (~80 ms
+    on a tiny MLP against ~1 ms later): one untimed round absorbs it. The
+    order rotates every round, so no contender always follows the same one.
+    """
+    for contender in contenders:
+        contender.time_step()
+    times = {c.key: [] for c in contenders}
+    cpu_times = {c.key: [] for c in contenders}
+    for repeat in range(repeats):
+        shift = repeat % len(contenders)
+        for contender in contenders[shift:] + contenders[:shift]:
+            wall, cpu = contender.time_step()
+            times[contender.key].append(wall)
+            cpu_times[contender.key].append(cpu)
+    return times, cpu_times
+
+
+def paired_ratios(times, key, baseline):
+    """Per-round ratios of `key`'s times to `baseline`'s: `(median, min, max)`."""
+    ratios = [t / s for t, s in zip(times[key], times[baseline])]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def _contender(config, model_name, mode, optimizer, mask):
+    keras.utils.set_random_seed(config.seed)
+    model, layers, (x, y) = _build(config, model_name, masked=mask != "none")
+    _set_masks(layers, mask, config.sparsity, config.seed)
+    model.compile(
+        optimizer=_optimizer(optimizer),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=mode == "jit",
+        steps_per_execution=config.steps_per_execution,
+    )
+    timed = Timed(
+        (model_name, mode, optimizer, mask),
+        model,
+        x,
+        y,
+        config.steps,
+        config.steps_per_execution,
+        config.warmup_steps,
+    )
+    timed.memory = _memory(model)
+    return timed
 
 
 def _measure(config, model_name, mode):
     """Times every contender of one (model, mode), round-robin; returns rows."""
     masks = ("none",) + tuple(m for m in config.masks if m != "none")
     contenders = [
-        _Contender(config, model_name, mode, optimizer, mask)
+        _contender(config, model_name, mode, optimizer, mask)
         for optimizer in config.optimizers
         for mask in masks
     ]
-    # The first call of each function after the others were built is slow
-    # (~80 ms on a tiny MLP against ~1 ms later): one untimed round absorbs it.
-    for contender in contenders:
-        contender.time_step()
-    times = {c.key: [] for c in contenders}
-    cpu_times = {c.key: [] for c in contenders}
-    for repeat in range(config.repeats):
-        shift = repeat % len(contenders)
-        for contender in contenders[shift:] + contenders[:shift]:
-            wall, cpu = contender.time_step()
-            times[contender.key].append(wall)
-            cpu_times[contender.key].append(cpu)
+    times, cpu_times = round_robin(contenders, config.repeats)
     rows = []
     for contender in contenders:
         _, _, optimizer, mask = contender.key
-        stock = times[(model_name, mode, optimizer, "none")]
-        ratios = [t / s for t, s in zip(times[contender.key], stock)]
-        stock_cpu = cpu_times[(model_name, mode, optimizer, "none")]
-        cpu_ratios = [t / s for t, s in zip(cpu_times[contender.key], stock_cpu)]
+        stock = (model_name, mode, optimizer, "none")
+        ratio, low, high = paired_ratios(times, contender.key, stock)
+        cpu_ratio = paired_ratios(cpu_times, contender.key, stock)[0]
         params, state, snapshot = contender.memory
         rows.append(
             {
@@ -203,10 +232,10 @@ def _measure(config, model_name, mode):
                 "optimizer": optimizer,
                 "mask": mask,
                 "step_ms": 1e3 * statistics.median(times[contender.key]),
-                "ratio_median": statistics.median(ratios),
-                "ratio_min": min(ratios),
-                "ratio_max": max(ratios),
-                "cpu_ratio_median": statistics.median(cpu_ratios),
+                "ratio_median": ratio,
+                "ratio_min": low,
+                "ratio_max": high,
+                "cpu_ratio_median": cpu_ratio,
                 "param_bytes": params,
                 "mask_state_bytes": state,
                 "snapshot_bytes": snapshot,

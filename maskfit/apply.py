@@ -199,7 +199,9 @@ class _Plan:
             id(masker_lib.variable_handle(v)): i for i, v in enumerate(variables)
         }
         with tf.init_scope():
-            self.masker = masker_lib.GradientMasker(variables, self._layer_specs)
+            self.masker = masker_lib.GradientMasker(
+                variables, self._layer_specs, skip_frozen=False
+            )
 
     def _layer_specs(self):
         ids = {id(v) for v in self.variables}

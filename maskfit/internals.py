@@ -10,6 +10,7 @@ TensorFlow release removes one. No other maskfit module names a private member.
 import importlib
 
 import keras
+import tensorflow as tf
 
 __all__ = [
     "PRIVATE_MEMBERS",
@@ -74,6 +75,14 @@ PRIVATE_MEMBERS = (
         " move it, and a newly learnable variable's average starts at its value.",
     ),
     (
+        "tf.__internal__.distribute.interim",
+        "maybe_merge_call",
+        "runs the restore of frozen entries once per variable in cross-replica"
+        " context (under a strategy) or directly (without one), as Keras's own"
+        " optimizer does; `tf.distribute.get_replica_context().merge_call`"
+        " alone fails outside a strategy.",
+    ),
+    (
         "keras.src.losses.loss",
         "unscale_loss_for_distribution",
         "undoes the division by the number of replicas before the loss is"
@@ -109,6 +118,11 @@ def loss_tracker(model):
 def unscale_loss_for_distribution(loss):
     """Multiplies `loss` back by the number of replicas in sync."""
     return _module("keras.src.losses.loss").unscale_loss_for_distribution(loss)
+
+
+def merge_call(fn, strategy, *args):
+    """Calls `fn(distribution, *args)` in cross-replica context, with or without a strategy."""
+    return tf.__internal__.distribute.interim.maybe_merge_call(fn, strategy, *args)
 
 
 def optimizer_built_variables(optimizer):
@@ -203,6 +217,10 @@ def missing_members():
     for where, member, _ in PRIVATE_MEMBERS:
         if where == "keras.Model":
             owner = model
+        elif where.startswith("tf."):
+            owner = tf
+            for part in where.split(".")[1:]:
+                owner = getattr(owner, part, None)
         elif where == "keras.optimizers.Optimizer":
             owner = optimizer
         else:

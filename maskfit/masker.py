@@ -5,7 +5,9 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import declare
+from maskfit import internals
 from maskfit import plan
+from maskfit import step_plan
 from maskfit.plan import resolve_masks
 
 __all__ = [
@@ -129,22 +131,42 @@ class GradientMasker:
     constraints...), restores each frozen entry from a snapshot taken just
     before, so it stays bit-identical.
 
+    What the step does for each variable is fixed by a `step_plan.StepPlan`
+    for the steps ahead: a variable whose mask is all 0 gets no gradient, no
+    update and no snapshot (`frozen_indices`), one whose mask is all 1 is not
+    masked, and only one with a 0 somewhere is restored. `update` and
+    `replan` say when a new plan needs the step traced again.
+
     Args:
       variables: the trainable variables of the step, in its order.
       layer_specs: a callable returning `[(layer, spec)]`, the masks to read,
         e.g. `lambda: declare.masked_layers(model)`.
       step: a callable returning the optimizer step the masks start at.
+      span: how many steps one call of the compiled step runs
+        (`steps_per_execution`).
+      skip_frozen: whether fully frozen variables are left out of the step;
+        False where the optimizer is not the masker's to rebuild
+        (`maskfit.apply_gradients`): they are then masked and restored.
     """
 
-    def __init__(self, variables, layer_specs, step=lambda: 0):
+    def __init__(self, variables, layer_specs, step=lambda: 0, span=1, skip_frozen=True):
         self._variables = list(variables)
         self._layer_specs = layer_specs
         self._step = step
+        self._span = span
+        self._skip_frozen = skip_frozen
         self._slots = {}  # key -> MaskSlot
         self._states = {}  # key -> _SlotState
         self._by_index = {}  # variable position -> (_SlotState, UnitLayout or None)
+        self._needs = {}  # variable position -> step_plan.VariableNeeds
         self._version = None
+        self.plan = None
         self.update()
+
+    @property
+    def variables(self):
+        """The step's variables, in its order (fully frozen ones included)."""
+        return list(self._variables)
 
     def plans(self, variables):
         """Whether this masker was planned for exactly `variables`, in order."""
@@ -156,6 +178,49 @@ class GradientMasker:
     def masked_indices(self):
         """Positions, in the step's variable list, of the variables with a mask."""
         return sorted(self._by_index)
+
+    @property
+    def frozen_indices(self):
+        """Positions of the variables the planned step leaves out (mask all 0)."""
+        return sorted(self.plan.frozen)
+
+    def active(self, items):
+        """`items` (aligned with the variables) without the frozen ones."""
+        return [x for i, x in enumerate(items) if i not in self.plan.frozen]
+
+    def spread(self, active_items):
+        """The inverse of `active`: a full list, with None for the frozen ones."""
+        items = iter(active_items)
+        return [
+            None if i in self.plan.frozen else next(items)
+            for i in range(len(self._variables))
+        ]
+
+    def learning_at(self, step):
+        """Positions of the masked variables whose mask is not all 0 at `step`."""
+        return [i for i, n in self._needs.items() if not n.frozen[n.interval(step)]]
+
+    def holds_at(self, step):
+        """Whether the planned step covers the next call, from optimizer step `step`."""
+        until = self.plan.valid_until
+        return until is None or step + self._span <= until
+
+    def replan(self, step, span=None):
+        """Plans the step from optimizer `step`; True if it must be traced again."""
+        if span is not None:
+            self._span = span
+        new = self._plan_at(step)
+        if self.plan is not None and self.plan.covers(new):
+            self.plan = self.plan._replace(valid_until=new.valid_until)
+            return False
+        self.plan = new
+        return True
+
+    def _plan_at(self, step):
+        needs = self._needs if self._skip_frozen else {
+            i: n._replace(frozen=(False,) * len(n.frozen)) for i, n in self._needs.items()
+        }
+        return step_plan.plan_steps(needs, step, self._span, total=len(self._variables))
 
     @property
     def scheduled(self):
@@ -227,8 +292,13 @@ class GradientMasker:
             for key, slot in slots.items()
             for i, index in enumerate(slot.indices)
         }
+        self._needs = {
+            index: _needs(slot, i)
+            for slot in slots.values()
+            for i, index in enumerate(slot.indices)
+        }
         self._version = version
-        return retrace
+        return self.replan(step) or retrace
 
     def begin_step(self, step):
         """Selects every scheduled mask for optimizer step `step` (traced once)."""
@@ -237,56 +307,106 @@ class GradientMasker:
                 state.select(step)
 
     def mask_gradients(self, gradients):
-        """Returns `gradients` with every mask applied (traced once)."""
+        """Returns `gradients` with every mask applied (traced once).
+
+        Frozen variables get None; variables whose masks are all 1 over the
+        planned steps are passed through.
+        """
         gradients = list(gradients)
         for index in self._by_index:
-            if gradients[index] is not None:
+            if index in self.plan.frozen:
+                gradients[index] = None
+            elif (
+                gradients[index] is not None
+                and self.plan.masked[index] != step_plan.NEVER
+            ):
                 gradients[index] = _mask_gradient(
                     gradients[index], self._variable_mask(index)
                 )
         return gradients
 
-    def apply(self, optimizer, gradients, variables=None, masked=True):
-        """Runs `optimizer.apply` and keeps every frozen entry bit-identical.
+    def apply(self, optimizer, gradients, variables=None, masked=True, static=False):
+        """Runs `optimizer.apply` on the planned variables; frozen entries stay exact.
 
         Args:
-          optimizer: a Keras optimizer (a `LossScaleOptimizer` too).
+          optimizer: a Keras optimizer (a `LossScaleOptimizer` too), built for
+            the variables that are not frozen (or for all of them).
           gradients: one gradient (or None) per variable.
           variables: the step's variables; by default those given at build.
           masked: whether `gradients` are known to be exactly what
             `mask_gradients` returned. When they may have been transformed
             after masking, every masked variable is snapshotted and restored,
             whatever the optimizer.
+          static: True under XLA, where a snapshot taken only when the mask
+            in force has a 0 cannot be expressed; one is always taken (XLA
+            fuses it into the update).
         """
         variables = self._variables if variables is None else list(variables)
-        guarded = [
-            i
-            for i in self._by_index
-            if not masked or moves_zero_gradient_entries(optimizer, variables[i])
-        ]
-        snapshots = [tf.identity(variable_handle(variables[i])) for i in guarded]
-        optimizer.apply(gradients, variables)
+        guarded = []  # (position, whether the snapshot is taken only if needed)
+        for i in self._by_index:
+            if i in self.plan.frozen:
+                continue
+            if not masked:
+                guarded.append((i, False))
+                continue
+            mode = self.plan.guarded[i]
+            if mode != step_plan.NEVER and moves_zero_gradient_entries(
+                optimizer, variables[i]
+            ):
+                guarded.append((i, mode == step_plan.SOMETIMES and not static))
+        snapshots = [self._snapshot(variables[i], i, dynamic) for i, dynamic in guarded]
+        optimizer.apply(self.active(gradients), self.active(variables))
         if guarded:
             self._restore(
                 optimizer,
-                [variables[i] for i in guarded],
+                [variables[i] for i, _ in guarded],
                 snapshots,
-                [self._by_index[i] for i in guarded],
+                [self._by_index[i] for i, _ in guarded],
             )
+
+    def _snapshot(self, variable, index, dynamic):
+        """The variable's value before the update; under a dynamic guard, only if needed.
+
+        Returns `(needed, value)`: `needed` is None for a snapshot always taken,
+        else a boolean tensor (the mask in force has a 0); `value` is then an
+        empty tensor when not needed, so nothing is copied.
+        """
+        handle = variable_handle(variable)
+        if not dynamic:
+            return None, tf.identity(handle)
+        mask = self._variable_mask(index)
+        needed = tf.reduce_any(tf.equal(mask, tf.zeros([], mask.dtype)))
+        value = tf.cond(
+            needed,
+            lambda: tf.identity(handle),
+            lambda: tf.zeros([0], handle.dtype),
+        )
+        return needed, value
 
     def _restore(self, optimizer, variables, snapshots, masks):
         averages = ema_averages(optimizer, variables)
         targets = [variable_handle(v) for v in variables]
 
         def restore_all(distribution, snapshots):
-            for target, snapshot, (state, layout), average in zip(
+            for target, (needed, snapshot), (state, layout), average in zip(
                 targets, snapshots, masks, averages
             ):
 
-                def restore(target, snapshot, values, layout=layout):
-                    mask = values if layout is None else layout.expand(values)
-                    frozen = tf.equal(mask, tf.zeros([], mask.dtype))
-                    return target.assign(tf.where(frozen, snapshot, target))
+                def restore(target, snapshot, values, layout=layout, needed=needed):
+                    def put_back():
+                        mask = values if layout is None else layout.expand(values)
+                        frozen = tf.equal(mask, tf.zeros([], mask.dtype))
+                        kept = tf.reshape(snapshot, tf.shape(target))
+                        return target.assign(tf.where(frozen, kept, target))
+
+                    if needed is None:
+                        return put_back()
+
+                    def put_back_if_needed():
+                        with tf.control_dependencies([put_back()]):
+                            return tf.constant(True)
+
+                    return tf.cond(needed, put_back_if_needed, lambda: tf.constant(False))
 
                 for variable in (target, average):
                     if variable is not None:
@@ -297,21 +417,28 @@ class GradientMasker:
                             group=False,
                         )
 
-        tf.__internal__.distribute.interim.maybe_merge_call(
-            restore_all, tf.distribute.get_strategy(), snapshots
-        )
+        internals.merge_call(restore_all, tf.distribute.get_strategy(), snapshots)
+
+
+def _needs(slot, i):
+    """The `VariableNeeds` of the `i`-th variable a slot covers."""
+    if slot.layouts is None:
+        return step_plan.VariableNeeds.from_masks(slot.boundaries, slot.table)
+    layout = slot.layouts[i]
+    return step_plan.VariableNeeds.from_masks(
+        slot.boundaries,
+        [layout.expand_numpy(values) for values in slot.table],
+        has_shared=layout.has_shared,
+    )
 
 
 def ema_averages(optimizer, variables):
     """Returns each variable's EMA average in `optimizer`, or None per variable.
 
-    Keras keeps the averages privately; a frozen entry's average is pinned to
-    its value so that `finalize_variable_values` at the end of `fit` (which
-    copies the averages into the model) cannot move it.
+    A frozen entry's average is pinned to its value so that
+    `finalize_variable_values` at the end of `fit` (which copies the averages
+    into the model) cannot move it.
     """
     inner = getattr(optimizer, "inner_optimizer", optimizer)
-    averages = getattr(inner, "_model_variables_moving_average", None)
-    if not inner.use_ema or not averages:
-        return [None] * len(variables)
-    index = {id(v): i for i, v in enumerate(inner._trainable_variables)}
-    return [averages[index[id(v)]] if id(v) in index else None for v in variables]
+    averages = internals.ema_averages_by_variable(inner)
+    return [averages.get(id(v)) for v in variables]

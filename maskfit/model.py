@@ -5,16 +5,21 @@ import tempfile
 import warnings
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from maskfit import declare
 from maskfit import internals
 from maskfit import mask_config
 from maskfit import masker as masker_lib
+from maskfit import optimizer_slots
 
-__all__ = ["MaskedModel", "MaskedSequential"]
+__all__ = ["MaskedModel", "MaskedSequential", "all_trainable_variables"]
 
 _MASKER_ATTR = "_maskfit_masker"
+_STALE_ATTR = "_maskfit_stale"
+# The weights-file entry that lists the variables the optimizer has slots for.
+_LAYOUT_KEY = "maskfit_optimizer_variables"
 
 
 class _MaskedTraining:
@@ -57,17 +62,22 @@ class _MaskedTraining:
                 loss = self.optimizer.scale_loss(loss)
 
         # Compute gradients, mask them, and update the weights
-        if self.trainable_weights:
-            variables = self.trainable_weights
+        variables = self._all_trainable_weights()
+        if variables:
             if masker is None:
                 # Keras built the model in this trace: its variables exist now.
                 masker = self._plan_masker(variables)
                 if masker.scheduled:
                     masker.begin_step(self.optimizer.iterations)
-            gradients = tape.gradient(loss, variables)
+            # Fully frozen variables get no gradient and no update at all.
+            gradients = masker.spread(tape.gradient(loss, masker.active(variables)))
             gradients = self.apply_grad_masks(gradients, variables)
             masker.apply(
-                self.optimizer, gradients, variables, masked=self._masks_untouched()
+                self.optimizer,
+                gradients,
+                variables,
+                masked=self._masks_untouched(),
+                static=bool(self.jit_compile) and not self.run_eagerly,
             )
         else:
             warnings.warn("The model does not have any trainable weights.")
@@ -84,8 +94,11 @@ class _MaskedTraining:
         does here, entries whose mask is 0 are restored after the update.
 
         Args:
-          gradients: one gradient (or None) per variable, as from the tape.
-          variables: `self.trainable_variables`, in the same order.
+          gradients: one gradient (or None) per variable, as from the tape;
+            None for a variable whose mask is all 0 (it is not updated at
+            all, whatever this returns for it).
+          variables: every trainable variable (fully frozen ones too), in
+            the order of `gradients`.
 
         Returns:
           The list of gradients to apply, aligned with `variables`.
@@ -96,12 +109,79 @@ class _MaskedTraining:
         return masker.mask_gradients(gradients)
 
     def make_train_function(self, force=False):
-        """Builds the step; retraces only when the masks' structure changed."""
+        """Builds the step; retraces only when the masks' structure changed.
+
+        The step is planned for the optimizer steps ahead (`masker.plan`):
+        which variables are left out (mask all 0) and which are masked and
+        restored. When a schedule reaches a step the plan does not cover, the
+        optimizer is fitted to the new plan and the step traced again, before
+        the call that runs that step.
+        """
         retrace = False
         if self.built:
             with self.distribute_strategy.scope():
                 retrace = self._sync_masker()
-        return super().make_train_function(force=force or retrace)
+            object.__setattr__(self, _STALE_ATTR, False)
+        super().make_train_function(force=force or retrace)
+        keras_function = self.train_function
+        if getattr(keras_function, "_maskfit_wrapped", False):
+            return keras_function
+
+        def train_function(iterator):
+            masker = self._ready_masker()
+            if masker is not None and (
+                getattr(self, _STALE_ATTR, False)
+                or (
+                    masker.plan.valid_until is not None
+                    and not masker.holds_at(self._optimizer_step())
+                )
+            ):
+                self.make_train_function()
+                return self.train_function(iterator)
+            return keras_function(iterator)
+
+        train_function._maskfit_wrapped = True
+        self.train_function = train_function
+        return train_function
+
+    # Keras reads these to build the optimizer (fit under a strategy, loading,
+    # BackupAndRestore) and to copy EMA averages in at the end of fit, so a
+    # variable whose mask is all 0 is reported as trainable=False reports it.
+    @property
+    def trainable_weights(self):
+        return self._without_frozen(super().trainable_weights)
+
+    @property
+    def trainable_variables(self):
+        return self._without_frozen(super().trainable_variables)
+
+    @property
+    def non_trainable_weights(self):
+        return self._with_frozen(super().non_trainable_weights, super().weights)
+
+    @property
+    def non_trainable_variables(self):
+        return self._with_frozen(super().non_trainable_variables, super().variables)
+
+    def _all_trainable_weights(self):
+        """The trainable weights, fully frozen ones included: what masks cover."""
+        return super().trainable_weights
+
+    def _frozen_ids(self):
+        masker = getattr(self, _MASKER_ATTR, None)
+        if masker is None or masker.plan is None or not masker.plan.frozen:
+            return frozenset()
+        return frozenset(id(masker.variables[i]) for i in masker.plan.frozen)
+
+    def _without_frozen(self, variables):
+        frozen = self._frozen_ids()
+        return [v for v in variables if id(v) not in frozen] if frozen else variables
+
+    def _with_frozen(self, non_trainable, every):
+        frozen = self._frozen_ids()
+        if not frozen or not self.trainable:
+            return non_trainable
+        return [v for v in every if id(v) in frozen or any(v is n for n in non_trainable)]
 
     def _masks_untouched(self):
         """Whether the gradients reaching `apply` are exactly the masked ones."""
@@ -112,32 +192,91 @@ class _MaskedTraining:
         masker = getattr(self, _MASKER_ATTR, None)
         if masker is None:
             return None
-        variables = self.trainable_weights if variables is None else variables
+        variables = self._all_trainable_weights() if variables is None else variables
         return masker if masker.plans(variables) else None
 
     def _plan_masker(self, variables):
         """Plans the masks for `variables`; safe inside a traced step."""
         with tf.init_scope():
             masker = masker_lib.GradientMasker(
-                variables, lambda: declare.masked_layers(self), step=self._optimizer_step
+                variables,
+                lambda: declare.masked_layers(self),
+                step=self._optimizer_step,
+                span=self.steps_per_execution,
             )
         object.__setattr__(self, _MASKER_ATTR, masker)
         return masker
 
     def _sync_masker(self):
-        """Makes the masker match the current specs; True if the step must retrace."""
-        variables = self.trainable_weights
+        """Makes the masker and optimizer match the masks and the step; True to retrace."""
+        variables = self._all_trainable_weights()
         masker = self._ready_masker(variables)
-        if masker is not None:
-            return masker.update()
-        self._plan_masker(variables)
-        return True
+        step = self._optimizer_step()
+        if masker is None:
+            masker = self._plan_masker(variables)
+            changed = True
+        else:
+            changed = masker.update()
+            changed = masker.replan(step, span=self.steps_per_execution) or changed
+        return self._fit_optimizer(masker, step) or changed
+
+    def _fit_optimizer(self, masker, step):
+        """Builds the optimizer for the planned variables; True if its variables changed.
+
+        A variable that learns again after its mask was all 0 starts with fresh
+        optimizer state, as with a new optimizer.
+        """
+        optimizer = getattr(self, "optimizer", None)
+        if optimizer is None:
+            return False
+        variables = self._all_trainable_weights()
+        active = masker.active(variables)
+        if not optimizer.built:
+            optimizer.build(active)
+            return True
+        masked = set(masker.masked_indices)
+        learning = set(masker.learning_at(step - 1)) if step > 0 else set()
+        fresh = [
+            v for i, v in enumerate(variables) if i in masked and i not in learning
+        ]
+        return optimizer_slots.rebuild(optimizer, active, fresh=fresh)
 
     def _optimizer_step(self):
         optimizer = getattr(self, "optimizer", None)
         if optimizer is None or not optimizer.built:
             return 0
         return int(keras.ops.convert_to_numpy(optimizer.iterations))
+
+    def save_own_variables(self, store):
+        super().save_own_variables(store)
+        # Masks decide which variables the optimizer has slots for (none for a
+        # variable whose mask is all 0), and a program that loads this may
+        # plan another step first: record them, so that loading builds the
+        # optimizer the same way before its variables are read.
+        optimizer = getattr(self, "optimizer", None)
+        masker = getattr(self, _MASKER_ATTR, None)
+        if optimizer is None or not optimizer.built or masker is None:
+            return
+        if not masker.masked_indices:
+            return
+        position = {id(v): i for i, v in enumerate(self._all_trainable_weights())}
+        built = [position.get(id(v)) for v in optimizer_slots.built_variables(optimizer)]
+        if None not in built:
+            store[_LAYOUT_KEY] = np.asarray(built, np.int64)
+
+    def load_own_variables(self, store):
+        keys = list(store.keys())
+        if _LAYOUT_KEY in keys:
+            layout = [int(i) for i in np.asarray(store[_LAYOUT_KEY])]
+            store = {key: store[key] for key in keys if key != _LAYOUT_KEY}
+            optimizer = getattr(self, "optimizer", None)
+            if optimizer is not None:
+                variables = self._all_trainable_weights()
+                with self.distribute_strategy.scope():
+                    optimizer_slots.rebuild(optimizer, [variables[i] for i in layout])
+                # The next call plans the step for the loaded optimizer step.
+                object.__setattr__(self, _STALE_ATTR, True)
+        super().load_own_variables(store)
 
     def get_config(self):
         config = super().get_config()
@@ -164,6 +303,18 @@ class _MaskedTraining:
             self.save(path)
             with open(path, "rb") as f:
                 return (_unpickle, (f.read(),))
+
+
+def all_trainable_variables(model):
+    """A model's trainable variables, those whose mask is all 0 included.
+
+    A `MaskedModel` reports a variable whose mask is all 0 as not trainable,
+    as `trainable=False` would (its optimizer has no slots for it); masks
+    and `maskfit.summary` still cover it.
+    """
+    if isinstance(model, _MaskedTraining):
+        return model._all_trainable_weights()
+    return list(model.trainable_variables)
 
 
 def _unpickle(data):

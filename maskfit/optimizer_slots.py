@@ -25,13 +25,15 @@ def built_variables(optimizer):
     return list(internals.optimizer_built_variables(optimizer))
 
 
-def rebuild(optimizer, variables):
+def rebuild(optimizer, variables, fresh=()):
     """Builds `optimizer` for `variables`, keeping the state it has for them.
 
     Args:
       optimizer: a Keras optimizer, built or not (a `LossScaleOptimizer` or a
         `MultiOptimizer` too).
       variables: the model variables it should update from now on.
+      fresh: variables among them whose state starts afresh even if the
+        optimizer has some (they learn again after a frozen spell).
 
     Returns:
       True if the optimizer's variables changed (a compiled step that uses it
@@ -59,9 +61,11 @@ def rebuild(optimizer, variables):
         optimizer.build(variables)
         return True
     before = built_variables(optimizer)
+    restart = {id(v) for v in fresh}
     if [id(v) for v in before] == [id(v) for v in variables]:
+        _restart(optimizer, [v for v in variables if id(v) in restart])
         return False
-    kept = {id(v) for v in before}
+    kept = {id(v) for v in before} - restart
     old = [internals.optimizer_state(each) for each in internals.optimizers_within(optimizer)]
     snapshot = _Snapshot(optimizer)
     internals.reset_optimizer(optimizer)
@@ -86,6 +90,22 @@ def rebuild(optimizer, variables):
             new_variable.assign(old_variable)
     _start_new_averages(optimizer, [v for v in variables if id(v) not in kept])
     return True
+
+
+def _restart(optimizer, variables):
+    """Puts the state `optimizer` has for `variables` back to a fresh build's."""
+    if not variables:
+        return
+    clone = type(optimizer).from_config(optimizer.get_config())
+    clone.build(variables)
+    for mine, theirs in zip(
+        internals.optimizers_within(optimizer), internals.optimizers_within(clone)
+    ):
+        slots, _ = internals.optimizer_state(mine)
+        for key, value in internals.optimizer_state(theirs)[0].items():
+            if key in slots:
+                slots[key].assign(value)
+    _start_new_averages(optimizer, variables)
 
 
 class _Snapshot:

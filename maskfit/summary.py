@@ -8,6 +8,7 @@ import numpy as np
 
 from maskfit import declare
 from maskfit import masker as masker_lib
+from maskfit import model as model_lib
 
 __all__ = ["summary", "Summary", "SummaryRow"]
 
@@ -112,7 +113,7 @@ def summary(model, print_fn=print, step=None):
             f"maskfit.summary needs a built model, and '{model.name}' is not built."
             " Call it on data or call model.build(input_shape) first."
         )
-    variables = list(model.trainable_variables)
+    variables = model_lib.all_trainable_variables(model)
     if step is None:
         optimizer = getattr(model, "optimizer", None)
         built = optimizer is not None and optimizer.built
@@ -135,7 +136,9 @@ def summary(model, print_fn=print, step=None):
         trainable_params=sum(r.params for r in rows),
         learnable_params=sum(r.learnable for r in rows),
         non_trainable_params=sum(
-            int(np.prod(v.shape, dtype=int)) for v in model.non_trainable_variables
+            int(np.prod(v.shape, dtype=int))
+            for v in model.non_trainable_variables
+            if not any(v is t for t in variables)
         ),
         shared_params=sum(r.shared for r in rows),
     )

@@ -89,16 +89,17 @@ class TraceCounter(maskfit.MaskedModel):
         return super().train_step(data)
 
 
-def test_schedule_runs_without_callbacks_or_retraces_across_fits():
+def test_schedule_runs_without_callbacks_and_retraces_only_where_freezing_changes():
     model, body, _ = small_model(TraceCounter)
     maskfit.set_mask(
         body,
         maskfit.PiecewiseMask(
-            [2, 4],
+            [2, 4, 6],
             [
                 maskfit.OutputMask([0] * 4),
                 maskfit.OutputMask([1, 1, 0, 0]),
                 maskfit.OutputMask([1] * 4),
+                maskfit.OutputMask([0, 1, 1, 0]),
             ],
         ),
     )
@@ -109,10 +110,16 @@ def test_schedule_runs_without_callbacks_or_retraces_across_fits():
     model.fit(x[:4], y[:4], batch_size=2, verbose=0)  # steps 0, 1: all frozen
     np.testing.assert_array_equal(body.kernel.numpy(), kernel)
     traces = TraceCounter.traces
+    # Step 2 turns the fully frozen body learnable: one retrace, as for
+    # trainable=False -> True, and no more for the other boundaries.
     model.fit(x[:4], y[:4], batch_size=2, verbose=0)  # steps 2, 3: units 0, 1
-    assert TraceCounter.traces == traces
+    assert TraceCounter.traces == traces + 1
     np.testing.assert_array_equal(body.kernel.numpy()[:, 2:], kernel[:, 2:])
     assert np.all(body.kernel.numpy()[:, :2] != kernel[:, :2])
+    kernel = body.kernel.numpy()
+    model.fit(x[:8], y[:8], batch_size=2, verbose=0)  # steps 4-7: all, then 1, 2
+    assert TraceCounter.traces == traces + 1
+    assert np.all(body.kernel.numpy() != kernel)
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,15 @@ def build():
     inputs = keras.Input((3,))
     body = keras.layers.Dense(5, activation="tanh", name="body")
     head = keras.layers.Dense(2, name="head")
-    model = maskfit.MaskedModel(inputs, head(body(inputs)))
+    tail = keras.layers.Dense(2, name="tail")
+    model = maskfit.MaskedModel(inputs, tail(head(body(inputs))))
+    # Fully frozen (no optimizer slots) until step 6, so the backups of
+    # epochs 2 and 3 hold an optimizer built for more variables than a fresh
+    # program plans at step 0.
+    maskfit.set_mask(
+        tail,
+        maskfit.PiecewiseMask([6], [maskfit.OutputMask([0, 0]), maskfit.OutputMask([1, 1])]),
+    )
     maskfit.set_mask(head, maskfit.OutputMask([1, 0]))
     maskfit.set_mask(
         body,

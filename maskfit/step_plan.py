@@ -1,0 +1,146 @@
+"""What a compiled step does for each masked variable, over the steps it will run.
+
+Masks are state, but some of what they imply shapes the compiled step itself:
+a variable whose mask is all 0 gets no gradient, no optimizer slots and no
+snapshot (it costs what `trainable=False` costs); one whose mask is all 1 needs
+no masking; only one with a 0 somewhere needs its frozen entries restored after
+the update. A `StepPlan` fixes these choices for a range of optimizer steps,
+from the masks' schedules, read on the host:
+
+- `frozen`: variables whose mask is all 0 at every step of the range the plan
+  starts with; they are left out of the step.
+- per remaining masked variable, whether its gradient is masked and whether its
+  frozen entries are restored: `"never"`, `"always"`, or `"sometimes"` (decided
+  in the step from the mask in force, so a schedule may change it).
+
+A plan holds until the step at which a variable turns fully frozen or back
+(`valid_until`, None if never); the step is then planned again, and traced
+again only if the plan changed.
+"""
+
+import collections
+
+import numpy as np
+
+__all__ = ["NEVER", "ALWAYS", "SOMETIMES", "StepPlan", "VariableNeeds", "plan_steps"]
+
+NEVER, ALWAYS, SOMETIMES = "never", "always", "sometimes"
+
+
+class VariableNeeds(
+    collections.namedtuple("VariableNeeds", ["boundaries", "frozen", "masked", "guarded"])
+):
+    """One masked variable's needs in each interval of its mask's schedule.
+
+    Attributes:
+      boundaries: the steps at which the next interval starts.
+      frozen, masked, guarded: one bool per interval: the mask is all 0; it
+        has an entry other than 1; it has a 0 (frozen entries to restore).
+    """
+
+    @classmethod
+    def from_masks(cls, boundaries, masks, has_shared=False):
+        """Needs from the masks of each interval (arrays that broadcast to the variable)."""
+        frozen, masked, guarded = [], [], []
+        for mask in masks:
+            mask = np.asarray(mask)
+            zero = mask == 0
+            frozen.append(bool(np.all(zero)) and not has_shared)
+            masked.append(bool(np.any(mask != 1)))
+            guarded.append(bool(np.any(zero)))
+        return cls(tuple(boundaries), tuple(frozen), tuple(masked), tuple(guarded))
+
+    def interval(self, step):
+        """The interval that optimizer step `step` is in."""
+        return int(np.searchsorted(self.boundaries, step, side="right"))
+
+    def intervals(self, start, stop=None):
+        """The intervals that steps `start` to `stop` (None: on and on) touch."""
+        last = len(self.frozen) - 1 if stop is None else self.interval(stop)
+        return range(self.interval(start), last + 1)
+
+
+def _mode(flags):
+    if all(flags):
+        return ALWAYS
+    return SOMETIMES if any(flags) else NEVER
+
+
+class StepPlan(
+    collections.namedtuple("StepPlan", ["frozen", "masked", "guarded", "valid_until"])
+):
+    """The compiled step's choices for a range of steps.
+
+    Attributes:
+      frozen: frozenset of variable positions left out of the step.
+      masked, guarded: dicts from the position of each other masked variable to
+        `NEVER`, `ALWAYS` or `SOMETIMES`.
+      valid_until: the first step the plan does not cover, or None.
+    """
+
+    def covers(self, other):
+        """Whether a step traced for this plan can run the steps `other` plans.
+
+        The frozen sets must agree; a choice of `ALWAYS` or `SOMETIMES` covers
+        any need (the mask decides), `NEVER` covers only `NEVER`.
+        """
+        if self.frozen != other.frozen or set(self.masked) != set(other.masked):
+            return False
+        return all(
+            mine[i] != NEVER or theirs[i] == NEVER
+            for mine, theirs in ((self.masked, other.masked), (self.guarded, other.guarded))
+            for i in mine
+        )
+
+
+def _keep_one(frozen, total):
+    """`frozen`, less its first variable if it holds all `total` of them."""
+    if frozen and total is not None and len(frozen) == total:
+        return frozen - {min(frozen)}
+    return frozen
+
+
+def plan_steps(needs, start, span, guard=True, total=None):
+    """Plans the step for steps `start` to `start + span - 1` and on, while it holds.
+
+    Args:
+      needs: dict from variable position to its `VariableNeeds`.
+      start: the optimizer step the plan starts at.
+      span: how many steps a call of the compiled step may run
+        (`steps_per_execution`); the frozen set is the variables frozen at
+        every one of them.
+      guard: False if the optimizer cannot move an entry whose gradient is 0
+        (then nothing needs restoring).
+      total: how many variables the step has (masked or not). If all would be
+        frozen, the first stays in the step, masked and restored, so that the
+        optimizer's step count (which schedules read) still advances.
+
+    Returns:
+      A `StepPlan`.
+    """
+    stop = start + max(int(span), 1) - 1
+    frozen = frozenset(
+        i for i, n in needs.items() if all(n.frozen[k] for k in n.intervals(start, stop))
+    )
+    frozen = _keep_one(frozen, total)
+    # The plan ends where any variable turns fully frozen or back after its
+    # first call: the step is then planned again (and, for a variable that
+    # learns again, its optimizer slots start afresh).
+    valid_until = None
+    before = frozenset(i for i, n in needs.items() if n.frozen[n.interval(stop)])
+    before = _keep_one(before, total)
+    for boundary in sorted({b for n in needs.values() for b in n.boundaries if b > stop}):
+        now = frozenset(i for i, n in needs.items() if n.frozen[n.interval(boundary)])
+        now = _keep_one(now, total)
+        if now != before:
+            valid_until = boundary
+            break
+    end = None if valid_until is None else valid_until - 1
+    masked, guarded = {}, {}
+    for i, n in needs.items():
+        if i in frozen:
+            continue
+        touched = n.intervals(start, end)
+        masked[i] = _mode([n.masked[k] or n.frozen[k] for k in touched])
+        guarded[i] = _mode([n.guarded[k] for k in touched]) if guard else NEVER
+    return StepPlan(frozen, masked, guarded, valid_until)
