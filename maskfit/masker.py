@@ -44,8 +44,17 @@ def _where_masked(gradient, mask):
     # One kernel, not three (compare, multiply, select): `multiply_no_nan`
     # gives +0 wherever the mask is 0, even for a NaN or Inf gradient, and
     # `gradient * mask` elsewhere. In graph mode this halves the masking cost
-    # per entry; XLA fuses either form.
+    # per entry; XLA fuses either form. A 0/1 mask kept as bool selects.
+    if mask.dtype == tf.bool:
+        return tf.where(mask, gradient, tf.zeros([], gradient.dtype))
     return tf.math.multiply_no_nan(gradient, tf.cast(mask, gradient.dtype))
+
+
+def _is_frozen(mask):
+    """Where `mask` (bool, or a number per entry) freezes an entry."""
+    if mask.dtype == tf.bool:
+        return tf.logical_not(mask)
+    return tf.equal(mask, tf.zeros([], mask.dtype))
 
 
 def _mask_gradient(gradient, mask):
@@ -64,6 +73,20 @@ def variable_handle(variable):
     return variable.value if isinstance(variable, keras.Variable) else variable
 
 
+def _state_dtype(slot, variable_dtype):
+    """bool for an `ElementMask` of 0s and 1s (a quarter of float32's bytes to
+    keep and to read each step), else the variable's dtype."""
+    if slot.kind == "element" and np.all((slot.table == 0) | (slot.table == 1)):
+        return tf.bool
+    return variable_dtype
+
+
+def _as_state(values, dtype):
+    if dtype == tf.bool:
+        return tf.constant(np.asarray(values) != 0)
+    return tf.constant(values, dtype)
+
+
 class _SlotState:
     """The variables behind one `MaskSlot`: the mask in force, and its schedule.
 
@@ -79,10 +102,10 @@ class _SlotState:
     def __init__(self, slot, dtype):
         name = f"grad_mask_{slot.layer.name}_{slot.kind}"
         aggregation = tf.VariableAggregation.ONLY_FIRST_REPLICA
-        self.structure = slot.structure
+        self.structure = (slot.structure, dtype)
         self.dtype = dtype
         self.current = tf.Variable(
-            tf.constant(slot.table[0], dtype),
+            _as_state(slot.table[0], dtype),
             trainable=False,
             name=name,
             aggregation=aggregation,
@@ -90,7 +113,7 @@ class _SlotState:
         self.table = self.boundaries = None
         if len(slot.table) > 1:
             self.table = tf.Variable(
-                tf.constant(slot.table, dtype),
+                _as_state(slot.table, dtype),
                 trainable=False,
                 name=name + "_table",
                 aggregation=aggregation,
@@ -103,9 +126,9 @@ class _SlotState:
             )
 
     def assign(self, slot, step):
-        self.current.assign(tf.constant(slot.values_at(step), self.dtype))
+        self.current.assign(_as_state(slot.values_at(step), self.dtype))
         if self.table is not None:
-            self.table.assign(tf.constant(slot.table, self.dtype))
+            self.table.assign(_as_state(slot.table, self.dtype))
             self.boundaries.assign(tf.constant(slot.boundaries, tf.int64))
 
     def select(self, step):
@@ -225,7 +248,7 @@ class GradientMasker:
     @property
     def scheduled(self):
         """Whether any mask follows a schedule (then `begin_step` does work)."""
-        return any(state.table is not None for state in self._states.values())
+        return any(s is not None and s.table is not None for s in self._states.values())
 
     def state_bytes(self):
         """Bytes of mask state this masker keeps (masks, schedules, boundaries).
@@ -233,7 +256,7 @@ class GradientMasker:
         The constant unit-layout indices of `OutputMask` slots count too.
         """
         total = 0
-        for state in self._states.values():
+        for state in filter(None, self._states.values()):
             for variable in (state.current, state.table, state.boundaries):
                 if variable is not None:
                     total += variable.shape.num_elements() * variable.dtype.size
@@ -270,40 +293,58 @@ class GradientMasker:
             if key not in slots:
                 slots[key] = slot._replace(table=np.ones_like(slot.table))
         step = int(self._step())
+        needs = {
+            index: _needs(slot, i)
+            for slot in slots.values()
+            for i, index in enumerate(slot.indices)
+        }
         retrace = False
+        states = {}
+        # (If every variable is masked and always frozen, one stays in the
+        # step, so the optimizer's steps count on: all keep their state then.)
+        skippable = len(needs) < len(self._variables) or not all(
+            all(n.frozen) for n in needs.values()
+        )
         for key, slot in slots.items():
-            state = self._states.get(key)
-            if state is not None and state.structure == slot.structure:
-                state.assign(slot, step)
+            if (
+                skippable
+                and slot.kind == "element"
+                and all(all(needs[i].frozen) for i in slot.indices)
+            ):
+                # Never in the step: its mask is never read there.
+                states[key] = None
+                retrace = retrace or self._states.get(key) is not None
                 continue
-            dtype = self._variables[slot.indices[0]].dtype
+            dtype = _state_dtype(slot, self._variables[slot.indices[0]].dtype)
+            state = self._states.get(key)
+            if state is not None and state.structure == (slot.structure, dtype):
+                state.assign(slot, step)
+                states[key] = state
+                continue
             state = _SlotState(slot, dtype)
             state.assign(slot, step)
-            self._states[key] = state
+            states[key] = state
             if slot.backprop:
                 declare.set_gate_values(slot.layer, state.current)
             retrace = True
+        self._states = states
         self._slots = slots
         self._by_index = {
             index: (
-                self._states[key],
+                states[key],
                 None if slot.layouts is None else slot.layouts[i],
             )
             for key, slot in slots.items()
             for i, index in enumerate(slot.indices)
         }
-        self._needs = {
-            index: _needs(slot, i)
-            for slot in slots.values()
-            for i, index in enumerate(slot.indices)
-        }
+        self._needs = needs
         self._version = version
         return self.replan(step) or retrace
 
     def begin_step(self, step):
         """Selects every scheduled mask for optimizer step `step` (traced once)."""
         for state in self._states.values():
-            if state.table is not None:
+            if state is not None and state.table is not None:
                 state.select(step)
 
     def mask_gradients(self, gradients):
@@ -325,7 +366,9 @@ class GradientMasker:
                 )
         return gradients
 
-    def apply(self, optimizer, gradients, variables=None, masked=True, static=False):
+    def apply(
+        self, optimizer, gradients, variables=None, masked=True, static=False, fuse=False
+    ):
         """Runs `optimizer.apply` on the planned variables; frozen entries stay exact.
 
         Args:
@@ -340,6 +383,10 @@ class GradientMasker:
           static: True under XLA, where a snapshot taken only when the mask
             in force has a 0 cannot be expressed; one is always taken (XLA
             fuses it into the update).
+          fuse: compile the update and the restore together with XLA (in a
+            graph-mode step without a distribution strategy), so that the
+            snapshot, the optimizer's passes and the restore fuse into one
+            pass over each variable instead of a copy and a select.
         """
         variables = self._variables if variables is None else list(variables)
         guarded = []  # (position, whether the snapshot is taken only if needed)
@@ -353,16 +400,23 @@ class GradientMasker:
             if mode != step_plan.NEVER and moves_zero_gradient_entries(
                 optimizer, variables[i]
             ):
-                guarded.append((i, mode == step_plan.SOMETIMES and not static))
-        snapshots = [self._snapshot(variables[i], i, dynamic) for i, dynamic in guarded]
-        optimizer.apply(self.active(gradients), self.active(variables))
-        if guarded:
-            self._restore(
-                optimizer,
-                [variables[i] for i, _ in guarded],
-                snapshots,
-                [self._by_index[i] for i, _ in guarded],
-            )
+                dynamic = mode == step_plan.SOMETIMES and not (static or fuse)
+                guarded.append((i, dynamic))
+
+        def update(gradients):
+            snapshots = [self._snapshot(variables[i], i, dynamic) for i, dynamic in guarded]
+            optimizer.apply(gradients, self.active(variables))
+            if guarded:
+                self._restore(
+                    optimizer,
+                    [variables[i] for i, _ in guarded],
+                    snapshots,
+                    [self._by_index[i] for i, _ in guarded],
+                )
+
+        if fuse and guarded:
+            update = tf.function(update, jit_compile=True, autograph=False)
+        update(self.active(gradients))
 
     def _snapshot(self, variable, index, dynamic):
         """The variable's value before the update; under a dynamic guard, only if needed.
@@ -374,8 +428,7 @@ class GradientMasker:
         handle = variable_handle(variable)
         if not dynamic:
             return None, tf.identity(handle)
-        mask = self._variable_mask(index)
-        needed = tf.reduce_any(tf.equal(mask, tf.zeros([], mask.dtype)))
+        needed = tf.reduce_any(_is_frozen(self._variable_mask(index)))
         value = tf.cond(
             needed,
             lambda: tf.identity(handle),
@@ -395,7 +448,7 @@ class GradientMasker:
                 def restore(target, snapshot, values, layout=layout, needed=needed):
                     def put_back():
                         mask = values if layout is None else layout.expand(values)
-                        frozen = tf.equal(mask, tf.zeros([], mask.dtype))
+                        frozen = _is_frozen(mask)
                         kept = tf.reshape(snapshot, tf.shape(target))
                         return target.assign(tf.where(frozen, kept, target))
 

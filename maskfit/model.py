@@ -78,6 +78,7 @@ class _MaskedTraining:
                 variables,
                 masked=self._masks_untouched(),
                 static=bool(self.jit_compile) and not self.run_eagerly,
+                fuse=self._fuses_update(),
             )
         else:
             warnings.warn("The model does not have any trainable weights.")
@@ -182,6 +183,14 @@ class _MaskedTraining:
         if not frozen or not self.trainable:
             return non_trainable
         return [v for v in every if id(v) in frozen or any(v is n for n in non_trainable)]
+
+    def _fuses_update(self):
+        """Whether the masked update is compiled with XLA inside a graph-mode step."""
+        return (
+            not self.run_eagerly
+            and not self.jit_compile
+            and not tf.distribute.has_strategy()
+        )
 
     def _masks_untouched(self):
         """Whether the gradients reaching `apply` are exactly the masked ones."""

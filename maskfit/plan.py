@@ -72,6 +72,12 @@ def _output_slot(layer, spec, position):
 
 
 def _element_slots(layer, spec, position):
+    """One slot per named variable; its masks keep the shape they were given.
+
+    Each interval's mask broadcasts to the variable; the table holds them at
+    the smallest shape they all broadcast from, so a mask given as a scalar or
+    per column costs that much, and a single full-size mask is not copied.
+    """
     boundaries, interval_specs = spec.schedule()
     grouped = collections.defaultdict(lambda: ([], []))
     for interval, interval_spec in enumerate(interval_specs):
@@ -84,21 +90,27 @@ def _element_slots(layer, spec, position):
             if interval == 0:
                 indices.append(index)
             if len(masks) == interval:
-                masks.append(
-                    np.broadcast_to(mask, tuple(variable.shape)).astype(np.float32)
-                )
-    return {
-        key: MaskSlot(
+                rank = len(variable.shape)
+                masks.append(np.asarray(mask, np.float32).reshape(
+                    (1,) * (rank - np.ndim(mask)) + np.shape(mask)
+                ))
+    slots = {}
+    for key, (indices, masks) in grouped.items():
+        shape = tuple(max(sizes) for sizes in zip(*(m.shape for m in masks)))
+        if len(masks) == 1 and masks[0].shape == shape:
+            table = masks[0][None]  # a view of the spec's own array
+        else:
+            table = np.stack([np.broadcast_to(m, shape) for m in masks])
+        slots[key] = MaskSlot(
             layer=layer,
             kind="element",
             indices=tuple(indices),
-            table=np.stack(masks),
+            table=table,
             boundaries=tuple(boundaries),
             backprop=spec.backprop,
             layouts=None,
         )
-        for key, (indices, masks) in grouped.items()
-    }
+    return slots
 
 
 def _is_output(spec):
