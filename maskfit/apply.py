@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from maskfit import declare
 from maskfit import gradients
+from maskfit import internals
 from maskfit import masker as masker_lib
 
 __all__ = ["apply_gradients"]
@@ -122,9 +123,7 @@ def _pairs_to_variables(grads, variables):
 
 def _plan_for(optimizer, variables):
     """Returns the cached `_Plan` for this optimizer and variable list."""
-    built = (
-        getattr(optimizer, "_trainable_variables", None) if optimizer.built else None
-    )
+    built = internals.optimizer_built_variables(optimizer) if optimizer.built else None
     if variables is None:
         if built is None:
             raise ValueError(

@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from maskfit import probe
+from maskfit import internals
 from maskfit import specs
 from maskfit import units
 
@@ -98,12 +99,10 @@ def masked_layers(model):
         `keras.layers.SpectralNormalization`, which rewrites its kernel in
         `call()`, outside the optimizer, so no mask could hold.
     """
-    layers = [model] + list(model._flatten_layers(include_self=False))
+    layers = [model] + internals.sublayers(model)
     for layer in layers:
         if isinstance(layer, keras.layers.SpectralNormalization):
-            inner = [layer.layer] + list(
-                layer.layer._flatten_layers(include_self=False)
-            )
+            inner = [layer.layer] + internals.sublayers(layer.layer)
             masked = [x.name for x in inner if get_mask(x) is not None]
             if masked:
                 raise ValueError(

@@ -24,6 +24,19 @@ __all__ = [
 # (where, member, what it is for). Checked on Keras 3.15.1 with TF 2.21.0.
 PRIVATE_MEMBERS = (
     (
+        "keras.layers.Layer",
+        "_flatten_layers",
+        "every layer nested in a model or layer (masks are declared on layers"
+        " anywhere in it); Keras has no public recursive walk (`model.layers`"
+        " lists direct children of functional and Sequential models only).",
+    ),
+    (
+        "keras.layers.GroupQueryAttention",
+        "_output_dense",
+        "its output projection, whose columns belong to output units;"
+        " MultiHeadAttention exposes `output_dense`, GroupQueryAttention not.",
+    ),
+    (
         "keras.src.models.functional",
         "Functional",
         "the functional model class, which Keras exports only through"
@@ -120,6 +133,16 @@ def unscale_loss_for_distribution(loss):
     return _module("keras.src.losses.loss").unscale_loss_for_distribution(loss)
 
 
+def sublayers(layer, recursive=True):
+    """The layers nested in `layer` (not itself), as Keras tracks them."""
+    return list(layer._flatten_layers(include_self=False, recursive=recursive))
+
+
+def attention_output_dense(layer):
+    """A `GroupQueryAttention`'s output projection (an `EinsumDense`)."""
+    return layer._output_dense
+
+
 def merge_call(fn, strategy, *args):
     """Calls `fn(distribution, *args)` in cross-replica context, with or without a strategy."""
     return tf.__internal__.distribute.interim.maybe_merge_call(fn, strategy, *args)
@@ -188,6 +211,21 @@ def ema_averages_by_variable(optimizer):
     }
 
 
+class OptimizerStructure:
+    """Enough of an optimizer's structure to put a failed rebuild back."""
+
+    def __init__(self, optimizer):
+        self._saved = [
+            (each, list(each._variables), dict(vars(each)))
+            for each in optimizers_within(optimizer)
+        ]
+
+    def restore(self):
+        for each, own, attributes in self._saved:
+            vars(each).update(attributes)
+            each._variables[:] = own
+
+
 def reset_optimizer(optimizer):
     """Makes a built optimizer unbuilt again, keeping its iterations and learning rate.
 
@@ -215,8 +253,11 @@ def missing_members():
     optimizer.build(model.trainable_variables)
     missing = []
     for where, member, _ in PRIVATE_MEMBERS:
-        if where == "keras.Model":
+        if where in ("keras.Model", "keras.layers.Layer"):
             owner = model
+        elif where == "keras.layers.GroupQueryAttention":
+            owner = keras.layers.GroupQueryAttention(2, 2, 1, 1)
+            owner.build((1, 2, 4), (1, 2, 4))
         elif where.startswith("tf."):
             owner = tf
             for part in where.split(".")[1:]:

@@ -12,6 +12,7 @@ import re
 
 import keras
 
+from maskfit import internals
 from maskfit import probe as probe_lib
 from maskfit.output_units import SHARED
 from maskfit.output_units import OutputUnits
@@ -258,9 +259,7 @@ def _multi_head_attention(layer):
 
 
 def _group_query_attention(layer):
-    # GroupQueryAttention has no public accessor for its output projection
-    # (MultiHeadAttention has `output_dense`); read the private attribute.
-    return _attention_output(layer, layer._output_dense)
+    return _attention_output(layer, internals.attention_output_dense(layer))
 
 
 def _scores_only(layer):

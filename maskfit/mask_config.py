@@ -5,6 +5,7 @@ import difflib
 import keras
 
 from maskfit import declare
+from maskfit import internals
 from maskfit import specs
 
 __all__ = ["layer_paths", "masks_to_config", "masks_from_config"]
@@ -19,7 +20,7 @@ def layer_paths(model):
     paths = {}
 
     def walk(layer, prefix):
-        for child in layer._flatten_layers(include_self=False, recursive=False):
+        for child in internals.sublayers(layer, recursive=False):
             path = prefix + child.name
             if path not in paths:
                 paths[path] = child

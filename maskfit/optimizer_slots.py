@@ -67,7 +67,7 @@ def rebuild(optimizer, variables, fresh=()):
         return False
     kept = {id(v) for v in before} - restart
     old = [internals.optimizer_state(each) for each in internals.optimizers_within(optimizer)]
-    snapshot = _Snapshot(optimizer)
+    snapshot = internals.OptimizerStructure(optimizer)
     internals.reset_optimizer(optimizer)
     optimizer.build(variables)
     new = [internals.optimizer_state(each) for each in internals.optimizers_within(optimizer)]
@@ -106,26 +106,6 @@ def _restart(optimizer, variables):
             if key in slots:
                 slots[key].assign(value)
     _start_new_averages(optimizer, variables)
-
-
-class _Snapshot:
-    """Enough of an optimizer's structure to put a failed rebuild back."""
-
-    def __init__(self, optimizer):
-        self._saved = [
-            (
-                each,
-                list(each._variables),
-                list(internals.optimizer_built_variables(each)),
-                dict(vars(each)),
-            )
-            for each in internals.optimizers_within(optimizer)
-        ]
-
-    def restore(self):
-        for each, own, built, attributes in self._saved:
-            vars(each).update(attributes)
-            each._variables[:] = own
 
 
 def _start_new_averages(optimizer, new_variables):
