@@ -25,7 +25,9 @@ _CONFIG_JSON = flags.DEFINE_string("config_json", None, "Internal.")
 def main(argv):
     del argv
     if _MEMORY_CONTENDER.value:
-        config = freezing_lib.Config(**json.loads(_CONFIG_JSON.value))
+        config = json.loads(_CONFIG_JSON.value)
+        config["memory_contenders"] = tuple(config["memory_contenders"])
+        config = freezing_lib.Config(**config)
         print(freezing_lib.peak_growth(config, _MEMORY_CONTENDER.value))
         return
     config = freezing_lib.Config(

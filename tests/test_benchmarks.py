@@ -92,3 +92,34 @@ def test_seed_scenarios_run_tiny_and_agree_with_the_seeds():
     assert seed_scenarios.seed_manual(3) > 0 and seed_scenarios.seed_tape(3) > 0
     end_to_end, per_step = seed_scenarios.ours("fit", 3, 1)
     assert end_to_end > per_step > 0
+
+
+def test_freezing_benchmark_runs_tiny_and_writes_its_tables(tmp_path):
+    from benchmarks import freezing_lib
+
+    config = freezing_lib.Config(
+        depth=2,
+        width=8,
+        batch=4,
+        frozen_layers=1,
+        steps_per_execution=2,
+        steps=2,
+        warmup_steps=2,
+        repeats=1,
+        memory_width=8,
+        memory_steps=2,
+        # Each memory run is a process of its own: two show the path.
+        memory_contenders=("trainable_false", "output_zeros"),
+    )
+    results = freezing_lib.run(config, str(tmp_path))
+    assert set(results["time"]) == set(freezing_lib.CONTENDERS)
+    assert set(results["memory"]) == {"trainable_false", "output_zeros"}
+    assert all(grown >= 0 for grown in results["memory"].values())
+    for name, row in results["time"].items():
+        assert row["step_ms"] > 0
+        if name == row["baseline"]:
+            assert row["ratio"] == 1.0
+    with open(os.path.join(tmp_path, "freezing.json")) as f:
+        assert json.load(f)["time"] == results["time"]
+    table = (tmp_path / "freezing.md").read_text().splitlines()
+    assert len(table) == 2 + len(freezing_lib.CONTENDERS) + len(freezing_lib.PARTIAL)
