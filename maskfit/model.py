@@ -182,7 +182,8 @@ class _MaskedTraining:
         frozen = self._frozen_ids()
         if not frozen or not self.trainable:
             return non_trainable
-        return [v for v in every if id(v) in frozen or any(v is n for n in non_trainable)]
+        kept = frozen | {id(v) for v in non_trainable}
+        return [v for v in every if id(v) in kept]
 
     def _fuses_update(self):
         """Whether the masked update is compiled with XLA inside a graph-mode step."""
