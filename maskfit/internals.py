@@ -88,6 +88,20 @@ PRIVATE_MEMBERS = (
         "undoes the division by the number of replicas before the loss is"
         " tracked, as the stock train_step does.",
     ),
+    (
+        "keras.layers.Layer",
+        "_flatten_layers",
+        "a layer's sublayers (an RNN's cell, a wrapper's layer, a model's"
+        " layers), to find the layers that carry pruning rules and the"
+        " pruning registry's owners; Keras 3 has no public accessor for a"
+        " layer's sublayers (`keras.Model.layers` is for models, one level).",
+    ),
+    (
+        "keras.src.layers.rnn.conv_lstm",
+        "ConvLSTMCell",
+        "the class of `ConvLSTM1D/2D/3D(...).cell`, which Keras does not"
+        " export: the pruning registry names its prunable kernels.",
+    ),
 )
 
 
@@ -202,6 +216,19 @@ def reset_optimizer(optimizer):
         each.built = False
 
 
+def sublayers(layer, recursive=True):
+    """The layers `layer` tracks (itself excluded), depth first, each once.
+
+    With `recursive=False`, only those it tracks directly.
+    """
+    return list(layer._flatten_layers(include_self=False, recursive=recursive))
+
+
+def conv_lstm_cell_class():
+    """Returns the cell class of Keras's `ConvLSTM1D/2D/3D` layers."""
+    return _module("keras.src.layers.rnn.conv_lstm").ConvLSTMCell
+
+
 def missing_members():
     """Returns `[(where, member)]` for every listed member this install lacks.
 
@@ -223,6 +250,8 @@ def missing_members():
                 owner = getattr(owner, part, None)
         elif where == "keras.optimizers.Optimizer":
             owner = optimizer
+        elif where == "keras.layers.Layer":
+            owner = keras.layers.Dense(1)
         else:
             try:
                 owner = _module(where)
