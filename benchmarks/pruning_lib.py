@@ -10,8 +10,10 @@ importing TF-MOT sets TF_USE_LEGACY_KERAS=1, which only changes what
 `tf.keras` is; maskfit imports Keras 3 as `keras`, so both live side by side.
 
 A contender is a function `(config, scenario, seed, data) -> record` in
-`CONTENDERS`. TF-MOT's is here; maskfit's joins when `prune_low_magnitude`
-lands (issue 14, phase 2).
+`CONTENDERS`: TF-MOT's `prune_low_magnitude` on a tf_keras Sequential model
+with `UpdatePruningStep`, and maskfit's on a Keras 3 Sequential model, no
+callback. Both read the masks with a callback after each pruning step, off
+the clock.
 
 Steps are counted as TF-MOT's `pruning_step` counts them: the n-th training
 batch is step n (1-based), and a schedule prunes in step n when it says so
@@ -62,7 +64,7 @@ class Config:
     """What to run; the defaults are those of issue 14."""
 
     scenarios: tuple = ("polynomial", "constant", "2:4")
-    contenders: tuple = ("tfmot",)
+    contenders: tuple = ("tfmot", "maskfit")
     seeds: tuple = (0, 1, 2, 3, 4)
     hidden: tuple = (300, 100)
     epochs: int = 15
@@ -82,8 +84,6 @@ class Config:
         if unknown:
             raise ValueError(
                 f"Unknown contenders {unknown}; available: {sorted(CONTENDERS)}."
-                " maskfit's contender arrives with maskfit.pruning.prune_low_magnitude"
-                " (issue 14, phase 2)."
             )
         if not self.seeds or self.epochs < 1 or self.batch_size < 1:
             raise ValueError(
@@ -219,35 +219,13 @@ def train_tfmot(config, scenario, seed, data):
     spe = steps_per_epoch(config, data)
     points = pruning_points(schedule, scenario, spe * config.epochs)
 
-    class Recorder(tf_keras.callbacks.Callback):
-        """Reads the masks after each pruning step; times each epoch without that."""
+    kernels = [l.pruning_vars[0][0] for l in pruned.layers if hasattr(l, "pruning_vars")]
 
+    class Recorder(_Recorder, tf_keras.callbacks.Callback):
         def __init__(self):
-            super().__init__()
+            super().__init__(points, lambda: [m.numpy() for m in masks], kernels)
             # Logs stay tensors: no host sync per batch (a tf_keras attribute).
             self._supports_tf_logs = True
-            self.step, self.zeros, self.revived, self.epoch_seconds = 0, {}, {}, []
-            self.previous = [None] * len(masks)
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.start, self.reading = time.perf_counter(), 0.0
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.step += 1
-            if self.step in points:
-                start = time.perf_counter()
-                values = [m.numpy() for m in masks]
-                self.zeros[self.step] = [int(np.sum(v == 0)) for v in values]
-                self.revived[self.step] = [
-                    0 if p is None else int(np.sum((p == 0) & (v != 0)))
-                    for p, v in zip(self.previous, values)
-                ]
-                self.previous = values
-                self.reading += time.perf_counter() - start
-
-        def on_epoch_end(self, epoch, logs=None):
-            elapsed = time.perf_counter() - self.start - self.reading
-            self.epoch_seconds.append(elapsed)
 
     recorder = Recorder()
     pruned.fit(
@@ -261,6 +239,102 @@ def train_tfmot(config, scenario, seed, data):
         callbacks=[sparsity_api.UpdatePruningStep(), recorder],
     )
     stripped = sparsity_api.strip_pruning(pruned)
+    kernels = [l.kernel.numpy() for l in stripped.layers]
+    logits = stripped.predict(data.x_test, batch_size=256, verbose=0)
+    return _record(config, scenario, data, points, recorder, kernels, logits, spe)
+
+
+class _Recorder:
+    """Reads the masks after each pruning step; times each epoch without that.
+
+    A mixin for either Keras's `Callback`: `read_masks()` returns the 0/1
+    masks of the kernels, `kernels` are the kernel variables.
+    """
+
+    def __init__(self, points, read_masks, kernels):
+        super().__init__()
+        self.points, self.read_masks, self.kernels = points, read_masks, kernels
+        self.step, self.zeros, self.revived, self.epoch_seconds = 0, {}, {}, []
+        self.pruned_nonzero = {}
+        self.previous = [None] * len(kernels)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.start, self.reading = time.perf_counter(), 0.0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        if self.step in self.points:
+            start = time.perf_counter()
+            values = [np.asarray(v) for v in self.read_masks()]
+            weights = [np.asarray(k.numpy()) for k in self.kernels]
+            self.zeros[self.step] = [int(np.sum(v == 0)) for v in values]
+            self.revived[self.step] = [
+                0 if p is None else int(np.sum((p == 0) & (v != 0)))
+                for p, v in zip(self.previous, values)
+            ]
+            # Pruned entries the optimizer moved off 0 in this step.
+            self.pruned_nonzero[self.step] = [
+                int(np.sum((v == 0) & (w != 0))) for v, w in zip(values, weights)
+            ]
+            self.previous = values
+            self.reading += time.perf_counter() - start
+
+    def on_epoch_end(self, epoch, logs=None):
+        elapsed = time.perf_counter() - self.start - self.reading
+        self.epoch_seconds.append(elapsed)
+
+
+def train_maskfit(config, scenario, seed, data):
+    """maskfit's contender: `prune_low_magnitude` on a Keras 3 Sequential model."""
+    import keras
+
+    from maskfit import model as model_lib
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed)
+    sizes = layer_sizes(config, data)
+    layers = [
+        keras.layers.Dense(units, activation="relu" if i < len(sizes) - 2 else None)
+        for i, units in enumerate(sizes[1:])
+    ]
+    model = keras.Sequential([keras.Input((sizes[0],))] + layers)
+    for layer, (kernel, bias) in zip(layers, initial_weights(config, data, seed)):
+        layer.set_weights([kernel, bias])
+    schedule = getattr(pruning, scenario["schedule"])(**scenario["arguments"])
+    pruned = pruning.prune_low_magnitude(
+        model,
+        pruning_schedule=schedule,
+        sparsity_m_by_n=scenario["sparsity_m_by_n"],
+    )
+    pruned.compile(
+        optimizer=keras.optimizers.Adam(learning_rate=config.learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    variables = model_lib.all_trainable_variables(pruned)
+    positions = [
+        next(i for i, v in enumerate(variables) if v is layer.kernel) for layer in layers
+    ]
+    spe = steps_per_epoch(config, data)
+    points = pruning_points(schedule, scenario, spe * config.epochs)
+
+    def read_masks():
+        keeps = model_lib.keep_masks(pruned)
+        return [keeps[i] for i in positions]
+
+    class Recorder(_Recorder, keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__(points, read_masks, [l.kernel for l in layers])
+
+    recorder = Recorder()
+    pruned.fit(
+        training_batches(config, data, seed),
+        epochs=config.epochs,
+        steps_per_epoch=spe,
+        shuffle=False,
+        verbose=0,
+        callbacks=[recorder],
+    )
+    stripped = pruning.strip_pruning(pruned)
     kernels = [l.kernel.numpy() for l in stripped.layers]
     logits = stripped.predict(data.x_test, batch_size=256, verbose=0)
     return _record(config, scenario, data, points, recorder, kernels, logits, spe)
@@ -283,6 +357,8 @@ def _record(config, scenario, data, points, recorder, kernels, logits, spe):
                 "expected_zeros": dict(zip(names, expected)),
                 # Entries pruned at the previous pruning step that are kept now.
                 "revived": dict(zip(names, recorder.revived[step])),
+                # Pruned entries that are not 0 after this step's update.
+                "pruned_nonzero": dict(zip(names, recorder.pruned_nonzero[step])),
             }
         )
     return {
@@ -293,11 +369,14 @@ def _record(config, scenario, data, points, recorder, kernels, logits, spe):
         "pruning_steps": steps,
         "follows_schedule": all(s["zeros"] == s["expected_zeros"] for s in steps),
         "revived_total": sum(sum(s["revived"].values()) for s in steps),
+        "pruned_are_zero": all(
+            not any(s["pruned_nonzero"].values()) for s in steps
+        ),
         "final_zeros": {n: int(np.sum(k == 0)) for n, k in zip(names, kernels)},
     }
 
 
-CONTENDERS = {"tfmot": train_tfmot}
+CONTENDERS = {"tfmot": train_tfmot, "maskfit": train_maskfit}
 
 
 def run(config, workdir):
@@ -356,6 +435,7 @@ def summarize(runs):
                 "step_ms_median": statistics.median(r["step_ms"] for r in group),
                 "follows_schedule": all(r["follows_schedule"] for r in group),
                 "revived_mean": statistics.mean(r["revived_total"] for r in group),
+                "pruned_are_zero": all(r["pruned_are_zero"] for r in group),
                 "final_sparsity": {n: final[n] / sizes[n] for n in final},
             }
         )
@@ -367,16 +447,17 @@ def format_markdown(results):
     lines = ["## Summary", ""]
     lines.append(
         "| scenario | contender | seeds | test accuracy (mean ± std) | step ms (median)"
-        " | zeros follow the schedule | pruned entries revived (mean) |"
-        " final sparsity per kernel |"
+        " | zeros follow the schedule | pruned weights 0 after each pruning step"
+        " | pruned entries revived (mean) | final sparsity per kernel |"
     )
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for row in results["summary"]:
         final = ", ".join(f"{n}: {v:.3f}" for n, v in row["final_sparsity"].items())
         lines.append(
             f"| {row['scenario']} | {row['contender']} | {row['seeds']}"
             f" | {100 * row['accuracy_mean']:.2f} ± {100 * row['accuracy_std']:.2f}"
             f" | {row['step_ms_median']:.3f} | {'yes' if row['follows_schedule'] else 'NO'}"
+            f" | {'yes' if row['pruned_are_zero'] else 'no'}"
             f" | {row['revived_mean']:.1f} | {final} |"
         )
     runs = results["runs"]

@@ -94,6 +94,12 @@ class MaskRule(abc.ABC):
     def from_config(cls, config):
         return cls(**config)
 
+    def __eq__(self, other):
+        return type(self) is type(other) and self.get_config() == other.get_config()
+
+    def __hash__(self):
+        return hash(type(self).__name__)
+
 
 def set_rule(layer, rule):
     """Declares `rule` on `layer` (None removes it) and returns `layer`.
