@@ -539,7 +539,14 @@ class GradientMasker:
         return gradients
 
     def apply(
-        self, optimizer, gradients, variables=None, masked=True, static=False, fuse=False
+        self,
+        optimizer,
+        gradients,
+        variables=None,
+        masked=True,
+        static=False,
+        fuse=False,
+        mask_first=False,
     ):
         """Runs `optimizer.apply` on the planned variables; frozen entries stay exact.
 
@@ -580,6 +587,8 @@ class GradientMasker:
                 guarded.append((i, dynamic and restore, restore))
 
         def update(gradients):
+            if mask_first:
+                gradients = self.active(self.mask_gradients(self.spread(gradients)))
             snapshots = [
                 self._snapshot(variables[i], i, dynamic) if restore else None
                 for i, dynamic, restore in guarded
@@ -593,7 +602,7 @@ class GradientMasker:
                     [self._by_index[i] for i, _, _ in guarded],
                 )
 
-        if fuse and guarded:
+        if fuse and (guarded or (mask_first and self._by_index)):
             update = tf.function(update, jit_compile=True, autograph=False)
         update(self.active(gradients))
 

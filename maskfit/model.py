@@ -82,14 +82,17 @@ class _MaskedTraining:
                     object.__setattr__(self, _RETRACE_ATTR, True)
             # Fully frozen variables get no gradient and no update at all.
             gradients = masker.spread(tape.gradient(loss, masker.active(variables)))
-            gradients = self.apply_grad_masks(gradients, variables)
+            fuse, untouched = self._fuses_update(), self._masks_untouched()
+            if not (fuse and untouched):
+                gradients = self.apply_grad_masks(gradients, variables)
             masker.apply(
                 self.optimizer,
                 gradients,
                 variables,
-                masked=self._masks_untouched(),
+                masked=untouched,
                 static=bool(self.jit_compile) and not self.run_eagerly,
-                fuse=self._fuses_update(),
+                fuse=fuse,
+                mask_first=fuse and untouched,
             )
         else:
             warnings.warn("The model does not have any trainable weights.")
@@ -141,7 +144,9 @@ class _MaskedTraining:
             return keras_function
 
         def train_function(iterator):
-            masker = self._ready_masker()
+            # Per call, so no walk over the variables: `fit` and
+            # `train_on_batch` made the masker match them just before.
+            masker = getattr(self, _MASKER_ATTR, None)
             if masker is not None and (
                 getattr(self, _STALE_ATTR, False)
                 or getattr(self, _RETRACE_ATTR, False)

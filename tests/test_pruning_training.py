@@ -1,5 +1,9 @@
 """Pruning inside the training step: exact zeros, TF-MOT's steps, composition, retraces."""
 
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -252,3 +256,32 @@ def test_bad_arguments_are_refused_where_they_enter():
             keras.layers.SpectralNormalization(keras.layers.Dense(2))
         )
     assert mask_rules.get_rule(conv) is None  # nothing half-applied
+
+
+def test_pruning_holds_under_mixed_precision():
+    keras.config.set_dtype_policy("mixed_float16")
+    model, body, head = mlp(maskfit.MaskedModel)
+    schedule = pruning.PolynomialDecay(frequency=2, **SCHEDULE)
+    pruning.prune_low_magnitude(model, pruning_schedule=schedule)
+    model.compile(optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.2), loss="mse")
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    check = ZerosCheck(schedule, [body.kernel, head.kernel])
+    x, y = data()
+    model.fit(x, y, batch_size=4, shuffle=False, verbose=0, callbacks=[check])
+    assert check.steps == list(range(1, 9))
+
+
+def test_pruning_holds_on_every_replica_under_mirrored_strategy():
+    script = os.path.join(os.path.dirname(__file__), "scripts", "pruning_mirrored_run.py")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(
+        [sys.executable, script, "float32", "mixed_bfloat16"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0 and "ok float32\nok mixed_bfloat16" in done.stdout, (
+        done.stdout[-2000:] + done.stderr[-3000:]
+    )
