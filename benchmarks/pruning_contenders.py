@@ -40,6 +40,8 @@ class _Run:
         )
 
     def finish(self):
+        # Logits from one call, not predict(): a predict function per run
+        # makes TensorFlow warn about retracing.
         kernels, logits = self.stripped_kernels_and_logits()
         return task.record(
             self.config, self.scenario, self.data, self.points, self.recorder, kernels, logits
@@ -75,6 +77,7 @@ class TfmotRun(_Run):
         self.model.compile(
             optimizer=tf_keras.optimizers.Adam(learning_rate=config.learning_rate),
             loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=config.jit_compile,
         )
         # The pruning wrappers (TF-MOT does not export their class): one kernel each.
         wrappers = [l for l in self.model.layers if hasattr(l, "pruning_vars")]
@@ -99,7 +102,7 @@ class TfmotRun(_Run):
     def stripped_kernels_and_logits(self):
         stripped = self.api.strip_pruning(self.model)
         kernels = [l.kernel.numpy() for l in stripped.layers]
-        return kernels, stripped.predict(self.data.x_test, batch_size=256, verbose=0)
+        return kernels, stripped(self.data.x_test, training=False).numpy()
 
 
 class MaskfitRun(_Run):
@@ -129,6 +132,7 @@ class MaskfitRun(_Run):
         self.model.compile(
             optimizer=keras.optimizers.Adam(learning_rate=config.learning_rate),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=config.jit_compile,
         )
         variables = model_lib.all_trainable_variables(self.model)
         positions = [
@@ -155,8 +159,6 @@ class MaskfitRun(_Run):
 
         stripped = pruning.strip_pruning(self.model)
         kernels = [l.kernel.numpy() for l in stripped.layers]
-        # One call, not predict(): a predict function per run makes TensorFlow
-        # warn about retracing.
         return kernels, keras.ops.convert_to_numpy(stripped(self.data.x_test))
 
 

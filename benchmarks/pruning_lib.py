@@ -35,6 +35,8 @@ class Config:
     epochs: int = 15
     batch_size: int = 32
     learning_rate: float = 1e-3
+    # Both contenders compile their step with XLA (each Keras's own option).
+    jit_compile: bool = False
     test_fraction: float = 0.2
     split_seed: int = 0
     max_train_examples: int = 0  # 0: all; a small number for smoke tests.

@@ -141,7 +141,11 @@ class Recorder:
     """Reads the masks after each pruning step; times each epoch without that.
 
     A mixin for either Keras's `Callback`: `read_masks()` returns the 0/1
-    masks of the kernels, `kernels` are the kernel variables.
+    masks of the kernels, `kernels` are the kernel variables. The state after
+    step n is read when step n + 1 begins (or the epoch ends), so that no
+    batch-end hook is overridden: Keras 3 then keeps its batch-end callbacks
+    off the training thread, as in a `fit` without callbacks (tf_keras does
+    with `_supports_tf_logs`).
     """
 
     def __init__(self, points, read_masks, kernels):
@@ -154,27 +158,33 @@ class Recorder:
     def on_epoch_begin(self, epoch, logs=None):
         self.start, self.reading = time.perf_counter(), 0.0
 
-    def on_train_batch_end(self, batch, logs=None):
-        self.step += 1
-        if self.step in self.points:
-            start = time.perf_counter()
-            values = [np.asarray(v) for v in self.read_masks()]
-            weights = [np.asarray(k.numpy()) for k in self.kernels]
-            self.zeros[self.step] = [int(np.sum(v == 0)) for v in values]
-            self.revived[self.step] = [
-                0 if p is None else int(np.sum((p == 0) & (v != 0)))
-                for p, v in zip(self.previous, values)
-            ]
-            # Pruned entries the optimizer moved off 0 in this step.
-            self.pruned_nonzero[self.step] = [
-                int(np.sum((v == 0) & (w != 0))) for v, w in zip(values, weights)
-            ]
-            self.previous = values
-            self.reading += time.perf_counter() - start
+    def on_train_batch_begin(self, batch, logs=None):
+        self._read_if_due()
+        self.step += 1  # the step about to run
 
     def on_epoch_end(self, epoch, logs=None):
+        self._read_if_due()
         elapsed = time.perf_counter() - self.start - self.reading
         self.epoch_seconds.append(elapsed)
+
+    def _read_if_due(self):
+        """Reads the state after step `self.step` if it pruned and was not read."""
+        if self.step not in self.points or self.step in self.zeros:
+            return
+        start = time.perf_counter()
+        values = [np.asarray(v) for v in self.read_masks()]
+        weights = [np.asarray(k.numpy()) for k in self.kernels]
+        self.zeros[self.step] = [int(np.sum(v == 0)) for v in values]
+        self.revived[self.step] = [
+            0 if p is None else int(np.sum((p == 0) & (v != 0)))
+            for p, v in zip(self.previous, values)
+        ]
+        # Pruned entries the optimizer moved off 0 in this step.
+        self.pruned_nonzero[self.step] = [
+            int(np.sum((v == 0) & (w != 0))) for v, w in zip(values, weights)
+        ]
+        self.previous = values
+        self.reading += time.perf_counter() - start
 
 
 def record(config, scenario, data, points, recorder, kernels, logits):

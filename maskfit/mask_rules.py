@@ -26,6 +26,7 @@ import difflib
 import itertools
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from maskfit import internals
@@ -33,6 +34,7 @@ from maskfit import internals
 __all__ = [
     "MaskRule",
     "RuleGroup",
+    "RuleState",
     "get_rule",
     "layer_rules",
     "resolve_rules",
@@ -221,7 +223,138 @@ def rules_from_config(model, config, layer_paths):
         set_rule(layer, rule)
 
 
-def as_keep(mask):
+def _as_keep(mask):
     """`mask` (bool or 0/1 numbers) as a bool tensor."""
     mask = tf.convert_to_tensor(mask)
     return mask if mask.dtype == tf.bool else tf.not_equal(mask, 0)
+
+
+class RuleState:
+    """The rules of one training step: their keep masks, and their update in the step.
+
+    Attributes:
+      keeps: `{variable position: keep mask}`, bool `tf.Variable`s of the
+        variables' shapes, made outside the step and kept while a rule covers
+        the variable.
+      groups: the `RuleGroup`s the step applies.
+    """
+
+    def __init__(self):
+        self.keeps = {}
+        self.groups = ()
+
+    def update(self, groups, variables):
+        """Makes a keep mask per covered variable, keeping existing ones; True to retrace.
+
+        The step traces each rule's code, so a rule object that changes (or a
+        variable that gains or loses one) needs a retrace; new keep values do
+        not.
+        """
+        keeps = {}
+        for index in sorted(i for group in groups for i in group.indices):
+            keep = self.keeps.get(index)
+            if keep is None:
+                variable = variables[index]
+                keep = tf.Variable(
+                    tf.ones(variable.shape, tf.bool),
+                    trainable=False,
+                    name="keep_" + variable.path.replace("/", "_"),
+                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+                )
+            keeps[index] = keep
+
+        def signature(gs):
+            return [(id(g.rule), g.indices) for g in gs]
+
+        retrace = set(keeps) != set(self.keeps) or signature(groups) != signature(
+            self.groups
+        )
+        self.keeps, self.groups = keeps, tuple(groups)
+        return retrace
+
+    def load(self, values):
+        """Assigns keep masks `{position: bool array}`; returns those it has none for."""
+        rest = {}
+        for index, value in values.items():
+            keep = self.keeps.get(index)
+            if keep is None or tuple(keep.shape) != np.shape(value):
+                rest[index] = value
+            else:
+                keep.assign(np.asarray(value, bool))
+        return rest
+
+    def apply(self, step, variables, frozen, declared):
+        """In the step: runs each rule that updates at optimizer `step` (traced once).
+
+        A rule that updates gets new keep masks for its variables, and the
+        weights it drops are set to +0.0. Under a distribution strategy this
+        runs in cross-replica context, and each replica computes the same mask.
+
+        Args:
+          step: the optimizer's `iterations` (a variable or tensor).
+          variables: the step's `tf.Variable`s, in its order.
+          frozen: positions left out of the step (their masks are not updated).
+          declared: `{position: (current, frozen_where)}` for variables with a
+            declared mask: its state variable, and a function of its value
+            that says where it freezes an entry (those are never dropped).
+        """
+        groups = [
+            (group.rule, [i for i in group.indices if i not in frozen])
+            for group in self.groups
+        ]
+        groups = [(rule, indices) for rule, indices in groups if indices]
+        if not groups:
+            return
+
+        def apply_all(distribution):
+            value = step.value if isinstance(step, keras.Variable) else step
+            current_step = tf.cast(tf.convert_to_tensor(value), tf.int64)
+            for rule, indices in groups:
+
+                def update(rule=rule, indices=indices):
+                    ops = [
+                        self._update_one(
+                            distribution, rule, current_step, variables[i], i, declared.get(i)
+                        )
+                        for i in indices
+                    ]
+                    with tf.control_dependencies(ops):
+                        return tf.constant(True)
+
+                tf.cond(
+                    rule.should_update(current_step), update, lambda: tf.constant(False)
+                )
+
+        internals.merge_call(apply_all, tf.distribute.get_strategy())
+
+    def _update_one(self, distribution, rule, step, variable, index, declared):
+        """New keep mask for one variable; the weights it drops set to +0.0."""
+        keep_variable = self.keeps[index]
+        current = () if declared is None else (declared[0],)
+
+        def new_keep(keep, weights, *values):
+            weights = tf.convert_to_tensor(weights)
+            protected = None
+            if values:
+                # Entries the declared mask freezes (and that are kept) stay.
+                frozen = declared[1](values[0])
+                protected = tf.logical_and(
+                    tf.broadcast_to(frozen, tf.shape(weights)), keep
+                )
+            kept = _as_keep(rule.keep_mask(step, weights, protected))
+            if protected is not None:
+                kept = tf.logical_or(kept, protected)
+            return keep.assign(kept)
+
+        def drop(weights, keep):
+            value = tf.convert_to_tensor(weights)
+            return weights.assign(tf.where(keep, value, tf.zeros([], value.dtype)))
+
+        assigned = distribution.extended.update(
+            keep_variable, new_keep, args=(variable,) + current, group=False
+        )
+        with tf.control_dependencies(tf.nest.flatten(assigned)):
+            dropped = distribution.extended.update(
+                variable, drop, args=(keep_variable,), group=False
+            )
+        return tf.group(tf.nest.flatten(dropped))

@@ -159,6 +159,10 @@ class _VariableMasks(
         current = tf.convert_to_tensor(current)
         return current if self.layout is None else self.layout.expand(current)
 
+    def frozen_where(self, current):
+        """Where the declared mask (from the slot's `current` value) freezes an entry."""
+        return _is_frozen(self.declared(current))
+
     def combined(self, current, keep):
         """The mask in force: the declared one where kept, 0 where dropped."""
         mask = None if current is None else self.declared(current)
@@ -232,8 +236,7 @@ class GradientMasker:
         self._states = {}  # key -> _SlotState
         self._by_index = {}  # variable position -> _VariableMasks
         self._needs = {}  # variable position -> step_plan.VariableNeeds
-        self._keeps = {}  # variable position -> bool tf.Variable (rules' keep masks)
-        self._rule_groups = ()  # mask_rules.RuleGroup, per declaring layer
+        self._rules = mask_rules.RuleState()  # the rules' keep masks
         self._version = None
         self.plan = None
         self.update()
@@ -300,34 +303,22 @@ class GradientMasker:
     @property
     def scheduled(self):
         """Whether `begin_step` does work: a mask follows a schedule, or a rule applies."""
-        return bool(self._rule_groups) or any(
+        return bool(self._rules.groups) or any(
             s is not None and s.table is not None for s in self._states.values()
         )
 
     @property
     def has_rules(self):
         """Whether a rule (e.g. pruning) changes masks and weights in `begin_step`."""
-        return bool(self._rule_groups)
-
-    @property
-    def rule_groups(self):
-        """The `mask_rules.RuleGroup`s the step applies."""
-        return self._rule_groups
+        return bool(self._rules.groups)
 
     def keep_masks(self):
         """Returns `{variable position: keep mask}` (bool `tf.Variable`s) of the rules."""
-        return dict(self._keeps)
+        return dict(self._rules.keeps)
 
     def load_keeps(self, values):
         """Assigns keep masks `{position: bool array}`; returns those it has no rule for."""
-        rest = {}
-        for index, value in values.items():
-            keep = self._keeps.get(index)
-            if keep is None or tuple(keep.shape) != np.shape(value):
-                rest[index] = value
-            else:
-                keep.assign(np.asarray(value, bool))
-        return rest
+        return self._rules.load(values)
 
     def state_bytes(self):
         """Bytes of mask state this masker keeps (masks, schedules, boundaries).
@@ -341,7 +332,7 @@ class GradientMasker:
                     total += variable.shape.num_elements() * variable.dtype.size
         for slot in self._slots.values():
             total += sum(layout.index.nbytes for layout in slot.layouts or ())
-        for keep in self._keeps.values():
+        for keep in self._rules.keeps.values():
             total += keep.shape.num_elements() * keep.dtype.size
         return total
 
@@ -383,7 +374,7 @@ class GradientMasker:
         ruled = sorted(i for group in groups for i in group.indices)
         for index in ruled:
             needs[index] = step_plan.VariableNeeds.ruled(needs.get(index))
-        retrace = self._update_keeps(ruled, groups)
+        retrace = self._rules.update(groups, self._variables)
         states = {}
         # (If every variable is masked and always frozen, one stays in the
         # step, so the optimizer's steps count on: all keep their state then.)
@@ -418,44 +409,17 @@ class GradientMasker:
             index: _VariableMasks(
                 states[key],
                 None if slot.layouts is None else slot.layouts[i],
-                self._keeps.get(index),
+                self._rules.keeps.get(index),
             )
             for key, slot in slots.items()
             for i, index in enumerate(slot.indices)
         }
         for index in ruled:
             if index not in self._by_index:
-                self._by_index[index] = _VariableMasks(None, None, self._keeps[index])
+                self._by_index[index] = _VariableMasks(None, None, self._rules.keeps[index])
         self._needs = needs
         self._version = version
         return self.replan(step) or retrace
-
-    def _update_keeps(self, ruled, groups):
-        """Makes a keep mask per ruled variable, keeping existing ones; True to retrace.
-
-        The step traces each rule's code, so a rule object that changes (or
-        a variable that gains or loses one) needs a retrace; new keep values
-        do not.
-        """
-        keeps = {}
-        for index in ruled:
-            keep = self._keeps.get(index)
-            if keep is None:
-                variable = self._variables[index]
-                keep = tf.Variable(
-                    tf.ones(variable.shape, tf.bool),
-                    trainable=False,
-                    name="keep_" + variable.path.replace("/", "_"),
-                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-                )
-            keeps[index] = keep
-        signature = lambda gs: [(id(g.rule), g.indices) for g in gs]
-        retrace = set(keeps) != set(self._keeps) or signature(groups) != signature(
-            self._rule_groups
-        )
-        self._keeps = keeps
-        self._rule_groups = groups
-        return retrace
 
     def begin_step(self, step):
         """Selects every scheduled mask, then applies the rules, for optimizer `step`.
@@ -466,58 +430,18 @@ class GradientMasker:
         for state in self._states.values():
             if state is not None and state.table is not None:
                 state.select(step)
-        groups = [
-            (group.rule, [i for i in group.indices if i not in self.plan.frozen])
-            for group in self._rule_groups
-        ]
-        groups = [(rule, indices) for rule, indices in groups if indices]
-        if groups:
-            internals.merge_call(self._apply_rules, tf.distribute.get_strategy(), step, groups)
-
-    def _apply_rules(self, distribution, step, groups):
-        """Runs each rule that updates at `step` (in cross-replica context)."""
-        step = tf.cast(tf.convert_to_tensor(_unwrap(step)), tf.int64)
-        for rule, indices in groups:
-
-            def update(rule=rule, indices=indices):
-                ops = [self._apply_rule(distribution, rule, step, i) for i in indices]
-                with tf.control_dependencies(ops):
-                    return tf.constant(True)
-
-            tf.cond(rule.should_update(step), update, lambda: tf.constant(False))
-
-    def _apply_rule(self, distribution, rule, step, index):
-        """New keep mask for variable `index`; its dropped weights set to +0.0."""
-        masks = self._by_index[index]
-        variable = variable_handle(self._variables[index])
-        declared = () if masks.state is None else (masks.state.current,)
-
-        def new_keep(keep, weights, *current):
-            weights = tf.convert_to_tensor(weights)
-            protected = None
-            if current:
-                # Entries the declared mask freezes (and that are kept) stay.
-                frozen = _is_frozen(masks.declared(current[0]))
-                protected = tf.logical_and(
-                    tf.broadcast_to(frozen, tf.shape(weights)), keep
-                )
-            kept = mask_rules.as_keep(rule.keep_mask(step, weights, protected))
-            if protected is not None:
-                kept = tf.logical_or(kept, protected)
-            return keep.assign(kept)
-
-        def drop(weights, keep):
-            value = tf.convert_to_tensor(weights)
-            return weights.assign(tf.where(keep, value, tf.zeros([], value.dtype)))
-
-        assigned = distribution.extended.update(
-            masks.keep, new_keep, args=(variable,) + declared, group=False
-        )
-        with tf.control_dependencies(tf.nest.flatten(assigned)):
-            dropped = distribution.extended.update(
-                variable, drop, args=(masks.keep,), group=False
+        if self._rules.groups:
+            declared = {
+                i: (masks.state.current, masks.frozen_where)
+                for i, masks in self._by_index.items()
+                if masks.state is not None
+            }
+            self._rules.apply(
+                step,
+                [variable_handle(v) for v in self._variables],
+                self.plan.frozen,
+                declared,
             )
-        return tf.group(tf.nest.flatten(dropped))
 
     def mask_gradients(self, gradients):
         """Returns `gradients` with every mask applied (traced once).
@@ -675,11 +599,6 @@ class GradientMasker:
                         )
 
         internals.merge_call(restore_all, tf.distribute.get_strategy(), snapshots)
-
-
-def _unwrap(step):
-    """The TensorFlow value of `step` (a Keras variable's own variable)."""
-    return variable_handle(step) if isinstance(step, keras.Variable) else step
 
 
 def _needs(slot, i):
