@@ -6,7 +6,9 @@ alternate their epochs and time them under the same load. TF-MOT runs
 `prune_low_magnitude` on a tf_keras Sequential model with its
 `UpdatePruningStep` callback; maskfit runs its `prune_low_magnitude` on a
 Keras 3 Sequential model, with no callback. Both read the masks with a
-callback after each pruning step, off the clock.
+callback after each pruning step, off the clock. `keras` is a reference, not
+a contender: the same Keras 3 model trained without pruning, to tell what
+Keras 3's step costs next to tf_keras's.
 
 Importing TF-MOT sets TF_USE_LEGACY_KERAS=1, which only changes what
 `tf.keras` is; maskfit imports Keras 3 as `keras`, so both live side by side.
@@ -15,11 +17,13 @@ Importing TF-MOT sets TF_USE_LEGACY_KERAS=1, which only changes what
 from benchmarks import pruning_task as task
 from maskfit import pruning
 
-__all__ = ["CONTENDERS", "MaskfitRun", "TfmotRun"]
+__all__ = ["CONTENDERS", "KerasRun", "MaskfitRun", "TfmotRun"]
 
 
 class _Run:
     """What both contenders share: the fit of one epoch, and the record."""
+
+    prune = True
 
     def __init__(self, config, scenario, seed, data):
         self.config, self.scenario, self.data = config, scenario, data
@@ -43,9 +47,11 @@ class _Run:
         # Logits from one call, not predict(): a predict function per run
         # makes TensorFlow warn about retracing.
         kernels, logits = self.stripped_kernels_and_logits()
-        return task.record(
+        result = task.record(
             self.config, self.scenario, self.data, self.points, self.recorder, kernels, logits
         )
+        result["pruning"] = self.prune
+        return result
 
 
 class TfmotRun(_Run):
@@ -108,6 +114,8 @@ class TfmotRun(_Run):
 class MaskfitRun(_Run):
     """maskfit's `prune_low_magnitude` on a Keras 3 Sequential model."""
 
+    prune = True
+
     def __init__(self, config, scenario, seed, data):
         import keras
 
@@ -124,11 +132,13 @@ class MaskfitRun(_Run):
         model = keras.Sequential([keras.Input((sizes[0],))] + layers)
         for layer, (kernel, bias) in zip(layers, task.initial_weights(config, data, seed)):
             layer.set_weights([kernel, bias])
-        self.model = pruning.prune_low_magnitude(
-            model,
-            pruning_schedule=self.make_schedule(),
-            sparsity_m_by_n=scenario["sparsity_m_by_n"],
-        )
+        self.model = model
+        if self.prune:
+            self.model = pruning.prune_low_magnitude(
+                model,
+                pruning_schedule=self.make_schedule(),
+                sparsity_m_by_n=scenario["sparsity_m_by_n"],
+            )
         self.model.compile(
             optimizer=keras.optimizers.Adam(learning_rate=config.learning_rate),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -141,6 +151,8 @@ class MaskfitRun(_Run):
         ]
 
         def read_masks():
+            if not self.prune:
+                return [layer.kernel.numpy() != 0 for layer in layers]
             keeps = model_lib.keep_masks(self.model)
             return [keeps[i] for i in positions]
 
@@ -157,9 +169,15 @@ class MaskfitRun(_Run):
     def stripped_kernels_and_logits(self):
         import keras
 
-        stripped = pruning.strip_pruning(self.model)
+        stripped = pruning.strip_pruning(self.model) if self.prune else self.model
         kernels = [l.kernel.numpy() for l in stripped.layers]
         return kernels, keras.ops.convert_to_numpy(stripped(self.data.x_test))
 
 
-CONTENDERS = {"tfmot": TfmotRun, "maskfit": MaskfitRun}
+class KerasRun(MaskfitRun):
+    """The reference: the same Keras 3 model and training, without pruning."""
+
+    prune = False
+
+
+CONTENDERS = {"tfmot": TfmotRun, "maskfit": MaskfitRun, "keras": KerasRun}

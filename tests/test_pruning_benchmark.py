@@ -44,11 +44,17 @@ def test_both_contenders_run_tiny_and_report_sparsity_at_every_pruning_step(
 
     runs = {(r["scenario"], r["contender"]): r for r in results["runs"]}
     assert sorted(runs) == [
+        ("2:4", "keras"),
         ("2:4", "maskfit"),
         ("2:4", "tfmot"),
+        ("polynomial", "keras"),
         ("polynomial", "maskfit"),
         ("polynomial", "tfmot"),
     ]
+    # The reference trains the same model without pruning.
+    assert runs["polynomial", "keras"]["final_zeros"]["64x16"] == 0
+    assert set(results["paired_step_time"]) == {"maskfit", "keras"}
+    assert results["paired_step_time"]["maskfit"]["polynomial"]["epochs"] == 1
     for contender in ("tfmot", "maskfit"):
         polynomial = runs["polynomial", contender]
         assert [s["step"] for s in polynomial["pruning_steps"]] == [2, 4, 6]
@@ -75,11 +81,12 @@ def test_both_contenders_run_tiny_and_report_sparsity_at_every_pruning_step(
     table = (tmp_path / "pruning_vs_tfmot.md").read_text()
     assert "| polynomial | tfmot | 1 |" in table
     assert "| polynomial | maskfit | 1 |" in table
+    assert "| polynomial | keras | 1 |" in table and " | - | - | - |" in table
     # 160 - 16 kept in 16x10, per contender.
     assert "| 6 | 0.900000 | 922 | 922 | 144 | 144 |" in table
     assert (tmp_path / "config.json").exists()
 
 
 def test_unknown_contenders_are_refused_with_what_is_available():
-    with pytest.raises(ValueError, match=r"available: \['maskfit', 'tfmot'\]"):
+    with pytest.raises(ValueError, match=r"available: \['keras', 'maskfit', 'tfmot'\]"):
         pruning_lib.Config(contenders=("torch",))
