@@ -139,9 +139,11 @@ def paired_step_time(runs, contender="maskfit", baseline="tfmot"):
     """Per scenario: `contender`'s epoch time over `baseline`'s, epoch by epoch.
 
     The two trained the same epoch of the same seed one right after the
-    other, so each ratio compares them under about the same machine load.
-    First epochs (tracing) are left out. Returns `{scenario: {"median",
-    "p10", "p90", "epochs"}}`, empty without both contenders.
+    other, so each ratio compares them under about the same machine load;
+    the ratio of process CPU times is a second view, less swayed by other
+    processes. First epochs (tracing) are left out. Returns `{scenario:
+    {"median", "p10", "p90", "cpu_median", "cpu_p10", "cpu_p90", "epochs"}}`,
+    empty without both contenders.
     """
     ratios = {}
     for r in runs:
@@ -158,18 +160,20 @@ def paired_step_time(runs, contender="maskfit", baseline="tfmot"):
         )
         if other is None:
             continue
-        pairs = zip(r["epoch_seconds"][1:], other["epoch_seconds"][1:])
-        ratios.setdefault(r["scenario"], []).extend(a / b for a, b in pairs)
-    return {
-        scenario: {
-            "median": float(np.median(values)),
-            "p10": float(np.percentile(values, 10)),
-            "p90": float(np.percentile(values, 90)),
-            "epochs": len(values),
-        }
-        for scenario, values in ratios.items()
-        if values
-    }
+        wall, cpu = ratios.setdefault(r["scenario"], ([], []))
+        for key, values in (("epoch_seconds", wall), ("epoch_cpu_seconds", cpu)):
+            pairs = zip(r[key][1:], other[key][1:])
+            values.extend(a / b for a, b in pairs if b > 0)
+    summary = {}
+    for scenario, (wall, cpu) in ratios.items():
+        if not wall or not cpu:
+            continue
+        summary[scenario] = {"epochs": len(wall)}
+        for prefix, values in (("", wall), ("cpu_", cpu)):
+            summary[scenario][prefix + "median"] = float(np.median(values))
+            summary[scenario][prefix + "p10"] = float(np.percentile(values, 10))
+            summary[scenario][prefix + "p90"] = float(np.percentile(values, 90))
+    return summary
 
 
 def format_markdown(results):
@@ -204,14 +208,17 @@ def format_markdown(results):
             " epoch one right after the other; first epochs left out). `keras` is"
             " the same Keras 3 model trained without pruning, for reference:",
             "",
-            "| scenario | contender | median ratio | 10th-90th percentile | epoch pairs |",
+            "| scenario | contender | wall-clock ratio, median [p10, p90]"
+            " | CPU-time ratio, median [p10, p90] | epoch pairs |",
             "|---|---|---|---|---|",
         ]
         for contender, rows in paired.items():
             for scenario, row in rows.items():
                 lines.append(
-                    f"| {scenario} | {contender} | {row['median']:.3f}"
-                    f" | {row['p10']:.3f}-{row['p90']:.3f} | {row['epochs']} |"
+                    f"| {scenario} | {contender}"
+                    f" | {row['median']:.3f} [{row['p10']:.3f}, {row['p90']:.3f}]"
+                    f" | {row['cpu_median']:.3f} [{row['cpu_p10']:.3f},"
+                    f" {row['cpu_p90']:.3f}] | {row['epochs']} |"
                 )
     runs = results["runs"]
     for scenario in dict.fromkeys(r["scenario"] for r in runs):

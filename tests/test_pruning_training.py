@@ -163,12 +163,17 @@ def test_subclassed_models_prune_built_or_not(cls, built):
         assert pruning.strip_pruning(pruned) is model
 
 
-@pytest.mark.parametrize("order", ["mask_first", "prune_first"])
+@pytest.mark.parametrize("order", ["mask_first", "prune_first", "scheduled"])
 def test_masks_set_with_set_mask_compose_with_pruning(order):
     model, body, head = mlp(maskfit.MaskedModel, hidden=8)
     frozen_unit = maskfit.OutputMask([0] + [1] * 7)
+    if order == "scheduled":
+        # Unit 0 is frozen in both intervals; unit 1 learns from step 4 on.
+        frozen_unit = maskfit.PiecewiseMask(
+            [4], [maskfit.OutputMask([0] + [0.5] * 7), frozen_unit]
+        )
     schedule = pruning.ConstantSparsity(0.75, 0, frequency=2)
-    if order == "mask_first":
+    if order != "prune_first":
         maskfit.set_mask(body, frozen_unit)
     pruning.prune_low_magnitude(model, pruning_schedule=schedule)
     if order == "prune_first":
