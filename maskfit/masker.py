@@ -378,8 +378,10 @@ class GradientMasker:
         states = {}
         # (If every variable is masked and always frozen, one stays in the
         # step, so the optimizer's steps count on: all keep their state then.)
-        skippable = len(needs) < len(self._variables) or not all(
-            all(n.frozen) for n in needs.values()
+        # Without skip_frozen (apply_gradients) every mask is read in the step.
+        skippable = self._skip_frozen and (
+            len(needs) < len(self._variables)
+            or not all(all(n.frozen) for n in needs.values())
         )
         for key, slot in slots.items():
             if (
