@@ -1,60 +1,27 @@
 """Magnitude pruning side by side: TF-MOT on tf_keras, maskfit.pruning on Keras 3.
 
-Every contender trains the same MLP (64-300-100-10) on scikit-learn's bundled
-digits, from the same initial weights, on the same batches in the same order
-(a tf.data pipeline both Keras versions read identically), with the same
-schedule and Adam; each reports, per seed, the zeros of each kernel at every
-pruning step, the final test accuracy and the step time. The contenders run
-in one process, one after the other, their order rotating with the seed:
-importing TF-MOT sets TF_USE_LEGACY_KERAS=1, which only changes what
-`tf.keras` is; maskfit imports Keras 3 as `keras`, so both live side by side.
-
-A contender is a function `(config, scenario, seed, data) -> record` in
-`CONTENDERS`. TF-MOT's is here; maskfit's joins when `prune_low_magnitude`
-lands (issue 14, phase 2).
-
-Steps are counted as TF-MOT's `pruning_step` counts them: the n-th training
-batch is step n (1-based), and a schedule prunes in step n when it says so
-for n.
+Every contender (`pruning_contenders`) trains the same MLP on the same task
+(`pruning_task`): scikit-learn's bundled digits, the same initial weights,
+the same batches in the same order, the same schedule and Adam. Each reports,
+per seed, the zeros of each kernel at every pruning step, the final test
+accuracy and the step time. For each seed and scenario the contenders train
+side by side, an epoch each in turn (who goes first alternates), so that
+their epochs are timed under the same machine load; the report gives each
+one's median step time and the paired ratio of their epoch times.
 """
 
 import dataclasses
-import functools
 import json
 import os
 import platform
 import statistics
-import time
 
 import numpy as np
-import tensorflow as tf
 
-from maskfit import pruning
+from benchmarks import pruning_task as task
+from benchmarks.pruning_contenders import CONTENDERS
 
-SCENARIOS = {
-    "polynomial": {
-        "schedule": "PolynomialDecay",
-        "arguments": {
-            "initial_sparsity": 0.0,
-            "final_sparsity": 0.9,
-            "begin_step": 0,
-            "end_step": 400,
-            "frequency": 20,
-        },
-        "sparsity_m_by_n": None,
-    },
-    "constant": {
-        "schedule": "ConstantSparsity",
-        "arguments": {"target_sparsity": 0.9, "begin_step": 0, "frequency": 20},
-        "sparsity_m_by_n": None,
-    },
-    # TF-MOT computes N:M masks once, in step 1, whatever the schedule.
-    "2:4": {
-        "schedule": "ConstantSparsity",
-        "arguments": {"target_sparsity": 0.5, "begin_step": 0},
-        "sparsity_m_by_n": (2, 4),
-    },
-}
+SCENARIOS = task.SCENARIOS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,12 +29,15 @@ class Config:
     """What to run; the defaults are those of issue 14."""
 
     scenarios: tuple = ("polynomial", "constant", "2:4")
-    contenders: tuple = ("tfmot",)
+    # "keras" is a reference (the same Keras 3 model, not pruned), not a contender.
+    contenders: tuple = ("tfmot", "maskfit", "keras")
     seeds: tuple = (0, 1, 2, 3, 4)
     hidden: tuple = (300, 100)
     epochs: int = 15
     batch_size: int = 32
     learning_rate: float = 1e-3
+    # Both contenders compile their step with XLA (each Keras's own option).
+    jit_compile: bool = False
     test_fraction: float = 0.2
     split_seed: int = 0
     max_train_examples: int = 0  # 0: all; a small number for smoke tests.
@@ -82,8 +52,6 @@ class Config:
         if unknown:
             raise ValueError(
                 f"Unknown contenders {unknown}; available: {sorted(CONTENDERS)}."
-                " maskfit's contender arrives with maskfit.pruning.prune_low_magnitude"
-                " (issue 14, phase 2)."
             )
         if not self.seeds or self.epochs < 1 or self.batch_size < 1:
             raise ValueError(
@@ -91,213 +59,6 @@ class Config:
                 f" Received: seeds={self.seeds}, epochs={self.epochs},"
                 f" batch_size={self.batch_size}"
             )
-
-
-@dataclasses.dataclass(frozen=True)
-class Data:
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-
-
-def load_data(config):
-    """Digits (8x8 images, 10 classes) scaled to [0, 1], split once by `split_seed`."""
-    from sklearn import datasets
-    from sklearn import model_selection
-
-    digits = datasets.load_digits()
-    x = (digits.data / 16.0).astype(np.float32)
-    y = digits.target.astype(np.int64)
-    x_train, x_test, y_train, y_test = model_selection.train_test_split(
-        x,
-        y,
-        test_size=config.test_fraction,
-        random_state=config.split_seed,
-        stratify=y,
-    )
-    if config.max_train_examples:
-        x_train = x_train[: config.max_train_examples]
-        y_train = y_train[: config.max_train_examples]
-    return Data(x_train, y_train, x_test, y_test)
-
-
-def layer_sizes(config, data):
-    return (data.x_train.shape[1],) + tuple(config.hidden) + (10,)
-
-
-def kernel_names(config, data):
-    sizes = layer_sizes(config, data)
-    return [f"{a}x{b}" for a, b in zip(sizes, sizes[1:])]
-
-
-def initial_weights(config, data, seed):
-    """Glorot-uniform kernels and zero biases from numpy, shared by all contenders."""
-    rng = np.random.RandomState(seed)
-    sizes = layer_sizes(config, data)
-    weights = []
-    for fan_in, fan_out in zip(sizes, sizes[1:]):
-        limit = np.sqrt(6.0 / (fan_in + fan_out))
-        kernel = rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32)
-        weights.append((kernel, np.zeros(fan_out, np.float32)))
-    return weights
-
-
-def steps_per_epoch(config, data):
-    return -(-len(data.x_train) // config.batch_size)
-
-
-def training_batches(config, data, seed):
-    """All epochs' batches, in order: read with `steps_per_epoch` by either Keras."""
-    rng = np.random.RandomState(10_000 + seed)
-    epochs = []
-    for _ in range(config.epochs):
-        order = rng.permutation(len(data.x_train))
-        epochs.append(
-            tf.data.Dataset.from_tensor_slices(
-                (data.x_train[order], data.y_train[order])
-            ).batch(config.batch_size)
-        )
-    return functools.reduce(lambda a, b: a.concatenate(b), epochs)
-
-
-def expected_zeros(scenario, shape, sparsity):
-    """Zeros the schedule asks for in a kernel of `shape` (ties aside)."""
-    size = int(np.prod(shape))
-    m_by_n = scenario["sparsity_m_by_n"]
-    if m_by_n is None:
-        return size - pruning.kept_count(size, sparsity)
-    zeros, group = m_by_n
-    channels_in = shape[-2]
-    full, rest = divmod(channels_in, group)
-    per_row = full * zeros + max(0, rest - (group - zeros))
-    return per_row * (size // channels_in)
-
-
-def pruning_points(schedule, scenario, total_steps):
-    """`{step: sparsity}` of the steps (1-based) where masks are recomputed."""
-    if scenario["sparsity_m_by_n"] is not None:
-        return {1: 0.0}
-    points = pruning.pruning_steps(schedule, 1, total_steps + 1)
-    return dict(points)
-
-
-def median_step_ms(epoch_seconds, steps):
-    """The median epoch time per step, in ms, leaving out the first (tracing) epoch."""
-    timed = epoch_seconds[1:] or epoch_seconds
-    return 1000.0 * statistics.median(timed) / steps
-
-
-def train_tfmot(config, scenario, seed, data):
-    """TF-MOT's contender: `prune_low_magnitude` on a tf_keras Sequential model."""
-    import tensorflow_model_optimization as tfmot
-    from tensorflow_model_optimization.python.core.keras.compat import keras as tf_keras
-
-    sparsity_api = tfmot.sparsity.keras
-    tf_keras.backend.clear_session()
-    tf_keras.utils.set_random_seed(seed)
-    sizes = layer_sizes(config, data)
-    layers = [
-        tf_keras.layers.Dense(units, activation="relu" if i < len(sizes) - 2 else None)
-        for i, units in enumerate(sizes[1:])
-    ]
-    model = tf_keras.Sequential([tf_keras.Input((sizes[0],))] + layers)
-    for layer, (kernel, bias) in zip(layers, initial_weights(config, data, seed)):
-        layer.set_weights([kernel, bias])
-    schedule = getattr(sparsity_api, scenario["schedule"])(**scenario["arguments"])
-    pruned = sparsity_api.prune_low_magnitude(
-        model,
-        pruning_schedule=schedule,
-        sparsity_m_by_n=scenario["sparsity_m_by_n"],
-    )
-    pruned.compile(
-        optimizer=tf_keras.optimizers.Adam(learning_rate=config.learning_rate),
-        loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
-    # The pruning wrappers (TF-MOT does not export their class); one kernel each.
-    masks = [l.pruning_vars[0][1] for l in pruned.layers if hasattr(l, "pruning_vars")]
-    spe = steps_per_epoch(config, data)
-    points = pruning_points(schedule, scenario, spe * config.epochs)
-
-    class Recorder(tf_keras.callbacks.Callback):
-        """Reads the masks after each pruning step; times each epoch without that."""
-
-        def __init__(self):
-            super().__init__()
-            # Logs stay tensors: no host sync per batch (a tf_keras attribute).
-            self._supports_tf_logs = True
-            self.step, self.zeros, self.revived, self.epoch_seconds = 0, {}, {}, []
-            self.previous = [None] * len(masks)
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.start, self.reading = time.perf_counter(), 0.0
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.step += 1
-            if self.step in points:
-                start = time.perf_counter()
-                values = [m.numpy() for m in masks]
-                self.zeros[self.step] = [int(np.sum(v == 0)) for v in values]
-                self.revived[self.step] = [
-                    0 if p is None else int(np.sum((p == 0) & (v != 0)))
-                    for p, v in zip(self.previous, values)
-                ]
-                self.previous = values
-                self.reading += time.perf_counter() - start
-
-        def on_epoch_end(self, epoch, logs=None):
-            elapsed = time.perf_counter() - self.start - self.reading
-            self.epoch_seconds.append(elapsed)
-
-    recorder = Recorder()
-    pruned.fit(
-        training_batches(config, data, seed),
-        epochs=config.epochs,
-        steps_per_epoch=spe,
-        shuffle=False,
-        verbose=0,
-        # UpdatePruningStep must come first: it zeroes the pruned weights at
-        # the end of each epoch, before the recorder stops the clock.
-        callbacks=[sparsity_api.UpdatePruningStep(), recorder],
-    )
-    stripped = sparsity_api.strip_pruning(pruned)
-    kernels = [l.kernel.numpy() for l in stripped.layers]
-    logits = stripped.predict(data.x_test, batch_size=256, verbose=0)
-    return _record(config, scenario, data, points, recorder, kernels, logits, spe)
-
-
-def _record(config, scenario, data, points, recorder, kernels, logits, spe):
-    names = kernel_names(config, data)
-    shapes = [k.shape for k in kernels]
-    steps = []
-    for step, sparsity in sorted(points.items()):
-        zeros = recorder.zeros.get(step)
-        if zeros is None:
-            continue  # Training ended before this step.
-        expected = [expected_zeros(scenario, s, sparsity) for s in shapes]
-        steps.append(
-            {
-                "step": step,
-                "schedule_sparsity": sparsity,
-                "zeros": dict(zip(names, zeros)),
-                "expected_zeros": dict(zip(names, expected)),
-                # Entries pruned at the previous pruning step that are kept now.
-                "revived": dict(zip(names, recorder.revived[step])),
-            }
-        )
-    return {
-        "test_accuracy": float(np.mean(np.argmax(logits, -1) == data.y_test)),
-        "step_ms": median_step_ms(recorder.epoch_seconds, spe),
-        "first_epoch_s": recorder.epoch_seconds[0],
-        "kernel_sizes": {n: int(np.prod(s)) for n, s in zip(names, shapes)},
-        "pruning_steps": steps,
-        "follows_schedule": all(s["zeros"] == s["expected_zeros"] for s in steps),
-        "revived_total": sum(sum(s["revived"].values()) for s in steps),
-        "final_zeros": {n: int(np.sum(k == 0)) for n, k in zip(names, kernels)},
-    }
-
-
-CONTENDERS = {"tfmot": train_tfmot}
 
 
 def run(config, workdir):
@@ -308,25 +69,35 @@ def run(config, workdir):
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "config.json"), "w") as f:
         json.dump(dataclasses.asdict(config), f, indent=2)
-    data = load_data(config)
+    data = task.load_data(config)
+    load_before = os.getloadavg()
     runs = []
     for i, seed in enumerate(config.seeds):
-        # Rotate the order so that no contender always runs first.
-        shift = i % len(config.contenders)
-        order = config.contenders[shift:] + config.contenders[:shift]
         for scenario_name in config.scenarios:
-            for contender in order:
-                record = CONTENDERS[contender](
-                    config, SCENARIOS[scenario_name], seed, data
-                )
+            scenario = SCENARIOS[scenario_name]
+            started = {c: CONTENDERS[c](config, scenario, seed, data) for c in config.contenders}
+            for epoch, batches in enumerate(task.epoch_batches(config, data, seed)):
+                # Alternate who goes first, so that neither always follows the other.
+                shift = (i + epoch) % len(config.contenders)
+                order = config.contenders[shift:] + config.contenders[:shift]
+                for contender in order:
+                    started[contender].epoch(epoch, batches)
+            for contender, each in started.items():
+                record = each.finish()
                 record.update(contender=contender, scenario=scenario_name, seed=seed)
                 runs.append(record)
+    machine = _machine()
+    machine["load_average_before"] = list(load_before)
+    machine["load_average_after"] = list(os.getloadavg())
     results = {
-        "machine": _machine(),
+        "machine": machine,
         "config": dataclasses.asdict(config),
-        "steps_per_epoch": steps_per_epoch(config, data),
+        "steps_per_epoch": task.steps_per_epoch(config, data),
         "runs": runs,
         "summary": summarize(runs),
+        "paired_step_time": {
+            c: paired_step_time(runs, c) for c in config.contenders if c != "tfmot"
+        },
     }
     with open(os.path.join(workdir, "pruning_vs_tfmot.json"), "w") as f:
         json.dump(results, f, indent=2)
@@ -356,10 +127,53 @@ def summarize(runs):
                 "step_ms_median": statistics.median(r["step_ms"] for r in group),
                 "follows_schedule": all(r["follows_schedule"] for r in group),
                 "revived_mean": statistics.mean(r["revived_total"] for r in group),
+                "pruned_are_zero": all(r["pruned_are_zero"] for r in group),
+                "pruning": group[0].get("pruning", True),
                 "final_sparsity": {n: final[n] / sizes[n] for n in final},
             }
         )
     return rows
+
+
+def paired_step_time(runs, contender="maskfit", baseline="tfmot"):
+    """Per scenario: `contender`'s epoch time over `baseline`'s, epoch by epoch.
+
+    The two trained the same epoch of the same seed one right after the
+    other, so each ratio compares them under about the same machine load;
+    the ratio of process CPU times is a second view, less swayed by other
+    processes. First epochs (tracing) are left out. Returns `{scenario:
+    {"median", "p10", "p90", "cpu_median", "cpu_p10", "cpu_p90", "epochs"}}`,
+    empty without both contenders.
+    """
+    ratios = {}
+    for r in runs:
+        if r["contender"] != contender:
+            continue
+        other = next(
+            (
+                o
+                for o in runs
+                if o["contender"] == baseline
+                and (o["scenario"], o["seed"]) == (r["scenario"], r["seed"])
+            ),
+            None,
+        )
+        if other is None:
+            continue
+        wall, cpu = ratios.setdefault(r["scenario"], ([], []))
+        for key, values in (("epoch_seconds", wall), ("epoch_cpu_seconds", cpu)):
+            pairs = zip(r[key][1:], other[key][1:])
+            values.extend(a / b for a, b in pairs if b > 0)
+    summary = {}
+    for scenario, (wall, cpu) in ratios.items():
+        if not wall or not cpu:
+            continue
+        summary[scenario] = {"epochs": len(wall)}
+        for prefix, values in (("", wall), ("cpu_", cpu)):
+            summary[scenario][prefix + "median"] = float(np.median(values))
+            summary[scenario][prefix + "p10"] = float(np.percentile(values, 10))
+            summary[scenario][prefix + "p90"] = float(np.percentile(values, 90))
+    return summary
 
 
 def format_markdown(results):
@@ -367,18 +181,45 @@ def format_markdown(results):
     lines = ["## Summary", ""]
     lines.append(
         "| scenario | contender | seeds | test accuracy (mean ± std) | step ms (median)"
-        " | zeros follow the schedule | pruned entries revived (mean) |"
-        " final sparsity per kernel |"
+        " | zeros follow the schedule | pruned weights 0 after each pruning step"
+        " | pruned entries revived (mean) | final sparsity per kernel |"
     )
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for row in results["summary"]:
         final = ", ".join(f"{n}: {v:.3f}" for n, v in row["final_sparsity"].items())
+        if row.get("pruning", True):
+            checks = (
+                f" | {'yes' if row['follows_schedule'] else 'NO'}"
+                f" | {'yes' if row['pruned_are_zero'] else 'no'}"
+                f" | {row['revived_mean']:.1f}"
+            )
+        else:
+            checks = " | - | - | -"
         lines.append(
             f"| {row['scenario']} | {row['contender']} | {row['seeds']}"
             f" | {100 * row['accuracy_mean']:.2f} ± {100 * row['accuracy_std']:.2f}"
-            f" | {row['step_ms_median']:.3f} | {'yes' if row['follows_schedule'] else 'NO'}"
-            f" | {row['revived_mean']:.1f} | {final} |"
+            f" | {row['step_ms_median']:.3f}{checks} | {final} |"
         )
+    paired = {c: rows for c, rows in (results.get("paired_step_time") or {}).items() if rows}
+    if paired:
+        lines += [
+            "",
+            "Step time over TF-MOT's, epoch by epoch (the contenders train the same"
+            " epoch one right after the other; first epochs left out). `keras` is"
+            " the same Keras 3 model trained without pruning, for reference:",
+            "",
+            "| scenario | contender | wall-clock ratio, median [p10, p90]"
+            " | CPU-time ratio, median [p10, p90] | epoch pairs |",
+            "|---|---|---|---|---|",
+        ]
+        for contender, rows in paired.items():
+            for scenario, row in rows.items():
+                lines.append(
+                    f"| {scenario} | {contender}"
+                    f" | {row['median']:.3f} [{row['p10']:.3f}, {row['p90']:.3f}]"
+                    f" | {row['cpu_median']:.3f} [{row['cpu_p10']:.3f},"
+                    f" {row['cpu_p90']:.3f}] | {row['epochs']} |"
+                )
     runs = results["runs"]
     for scenario in dict.fromkeys(r["scenario"] for r in runs):
         lines += ["", f"## Zeros per kernel at each pruning step: {scenario}", ""]
@@ -386,8 +227,12 @@ def format_markdown(results):
             "Step n is the n-th training batch. A range means the seeds differ."
         )
         lines.append("")
-        contenders = list(dict.fromkeys(r["contender"] for r in runs))
-        group = [r for r in runs if r["scenario"] == scenario]
+        contenders = list(
+            dict.fromkeys(r["contender"] for r in runs if r.get("pruning", True))
+        )
+        group = [
+            r for r in runs if r["scenario"] == scenario and r["contender"] in contenders
+        ]
         names = list(group[0]["kernel_sizes"])
         header = ["step", "schedule sparsity"] + [
             f"{n} ({c})" for n in names for c in contenders
@@ -419,10 +264,15 @@ def format_markdown(results):
             f" | {r['first_epoch_s']:.2f} |"
         )
     machine = results["machine"]
+    load = ""
+    if "load_average_before" in machine:
+        before = machine["load_average_before"][0]
+        after = machine["load_average_after"][0]
+        load = f" Load average (1 min) {before:.2f} before, {after:.2f} after."
     lines += [
         "",
         f"Machine: {machine['platform']}, {machine['cores']} cores;"
-        f" {', '.join(f'{k} {v}' for k, v in machine['versions'].items())}.",
+        f" {', '.join(f'{k} {v}' for k, v in machine['versions'].items())}.{load}",
         "",
     ]
     return "\n".join(lines)

@@ -28,6 +28,11 @@ _BATCH_SIZE = flags.DEFINE_integer(
 _LEARNING_RATE = flags.DEFINE_float(
     "learning_rate", pruning_lib.Config.learning_rate, "Adam's learning rate."
 )
+_JIT_COMPILE = flags.DEFINE_boolean(
+    "jit_compile",
+    pruning_lib.Config.jit_compile,
+    "Compile both contenders' training steps with XLA.",
+)
 
 
 def main(argv):
@@ -40,6 +45,7 @@ def main(argv):
             epochs=_EPOCHS.value,
             batch_size=_BATCH_SIZE.value,
             learning_rate=_LEARNING_RATE.value,
+            jit_compile=_JIT_COMPILE.value,
         )
     except ValueError as e:
         raise app.UsageError(str(e)) from e

@@ -3,7 +3,8 @@
 Each experiment's `Config` checks its optimizer with `check_optimizer` and its
 `strategy` and `precision` with `check_scale`; its `run` makes the optimizer
 with `make_optimizer`, trains inside `strategy_and_precision`, and writes its
-outputs with `write_json` and `write_scalars`.
+outputs with `write_json` and `write_scalars` (`maskfit.scalars`'s, which
+the package's `PruningSummaries` uses too).
 """
 
 import contextlib
@@ -13,9 +14,10 @@ import json
 import os
 
 import keras
-import tensorflow as tf
 
 from maskfit import distribute
+from maskfit.scalars import SCALAR_METADATA  # noqa: F401 (re-exported)
+from maskfit.scalars import write_scalars  # noqa: F401 (re-exported)
 
 __all__ = [
     "OPTIMIZERS",
@@ -149,21 +151,3 @@ def write_json(path, value):
     with open(path, "w") as f:
         json.dump(value, f, indent=2, sort_keys=True)
         f.write("\n")
-
-
-# What `tf.summary.scalar` attaches, so TensorBoard shows these as scalars;
-# `tf.summary.scalar` itself lives in the tensorboard package, which
-# tensorflow 2.21 does not install.
-SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
-    plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars"),
-    data_class="DATA_CLASS_SCALAR",
-)
-
-
-def write_scalars(writer, step, scalars):
-    """Writes each `{tag: value}` of `scalars` at `step` as a TensorBoard scalar."""
-    with writer.as_default(step=step):
-        for tag, value in scalars.items():
-            tf.summary.write(
-                tag, tf.constant(value, tf.float32), metadata=SCALAR_METADATA
-            )

@@ -2,6 +2,7 @@
 
 from maskfit import distribute
 from maskfit import layers
+from maskfit import pruning
 from maskfit.apply import apply_gradients
 from maskfit.declare import get_mask
 from maskfit.declare import set_mask
@@ -32,6 +33,7 @@ __all__ = [
     "OutputMask",
     "OutputUnits",
     "PiecewiseMask",
+    "pruning",
     "reduce_to_shape",
     "register_output_units",
     "set_mask",

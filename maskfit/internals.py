@@ -26,8 +26,9 @@ PRIVATE_MEMBERS = (
     (
         "keras.layers.Layer",
         "_flatten_layers",
-        "every layer nested in a model or layer (masks are declared on layers"
-        " anywhere in it); Keras has no public recursive walk (`model.layers`"
+        "every layer nested in a model or layer (masks and pruning rules are"
+        " declared on layers anywhere in it; an RNN's cell, a wrapper's layer);"
+        " Keras has no public recursive walk (`model.layers`"
         " lists direct children of functional and Sequential models only).",
     ),
     (
@@ -101,6 +102,12 @@ PRIVATE_MEMBERS = (
         "undoes the division by the number of replicas before the loss is"
         " tracked, as the stock train_step does.",
     ),
+    (
+        "keras.src.layers.rnn.conv_lstm",
+        "ConvLSTMCell",
+        "the class of `ConvLSTM1D/2D/3D(...).cell`, which Keras does not"
+        " export: the pruning registry names its prunable kernels.",
+    ),
 )
 
 
@@ -134,7 +141,10 @@ def unscale_loss_for_distribution(loss):
 
 
 def sublayers(layer, recursive=True):
-    """The layers nested in `layer` (not itself), as Keras tracks them."""
+    """The layers `layer` tracks (itself excluded), depth first, each once.
+
+    With `recursive=False`, only those it tracks directly.
+    """
     return list(layer._flatten_layers(include_self=False, recursive=recursive))
 
 
@@ -238,6 +248,11 @@ def reset_optimizer(optimizer):
         each._trainable_variables = []
         each._trainable_variables_indices = {}
         each.built = False
+
+
+def conv_lstm_cell_class():
+    """Returns the cell class of Keras's `ConvLSTM1D/2D/3D` layers."""
+    return _module("keras.src.layers.rnn.conv_lstm").ConvLSTMCell
 
 
 def missing_members():

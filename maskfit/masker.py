@@ -1,11 +1,14 @@
 """The masking stage of a step: mask gradients, apply, keep frozen entries exact."""
 
+import collections
+
 import keras
 import numpy as np
 import tensorflow as tf
 
 from maskfit import declare
 from maskfit import internals
+from maskfit import mask_rules
 from maskfit import plan
 from maskfit import step_plan
 from maskfit.plan import resolve_masks
@@ -138,6 +141,41 @@ class _SlotState:
         self.current.assign(tf.gather(self.table, interval))
 
 
+class _VariableMasks(
+    collections.namedtuple("_VariableMasks", ["state", "layout", "keep"])
+):
+    """What masks one variable: its declared mask and a rule's keep mask.
+
+    Attributes:
+      state: the `_SlotState` of its declared mask, or None (a rule only, or
+        a mask that is never read because it freezes the variable whole).
+      layout: the `UnitLayout` of an `OutputMask` slot, else None.
+      keep: a rule's keep mask (a bool `tf.Variable` of the variable's shape),
+        or None.
+    """
+
+    def declared(self, current):
+        """The declared mask from the slot's `current` value (broadcastable)."""
+        current = tf.convert_to_tensor(current)
+        return current if self.layout is None else self.layout.expand(current)
+
+    def frozen_where(self, current):
+        """Where the declared mask (from the slot's `current` value) freezes an entry."""
+        return _is_frozen(self.declared(current))
+
+    def combined(self, current, keep):
+        """The mask in force: the declared one where kept, 0 where dropped."""
+        mask = None if current is None else self.declared(current)
+        if keep is None:
+            return mask
+        keep = tf.convert_to_tensor(keep)
+        if mask is None:
+            return keep
+        if mask.dtype == tf.bool:
+            return tf.logical_and(mask, keep)
+        return tf.where(keep, mask, tf.zeros([], mask.dtype))
+
+
 class GradientMasker:
     """Holds the masks of one training step as state and applies them.
 
@@ -160,10 +198,17 @@ class GradientMasker:
     masked, and only one with a 0 somewhere is restored. `update` and
     `replan` say when a new plan needs the step traced again.
 
+    Rules (`maskfit.mask_rules`, e.g. pruning) add a keep mask per variable
+    they cover, recomputed by `begin_step` in the step; dropped entries are
+    set to 0 after each update (no snapshot needed for them), entries the
+    declared mask freezes are restored as usual.
+
     Args:
       variables: the trainable variables of the step, in its order.
       layer_specs: a callable returning `[(layer, spec)]`, the masks to read,
         e.g. `lambda: declare.masked_layers(model)`.
+      layer_rules: a callable returning `[(layer, rule)]`, the rules to apply,
+        e.g. `lambda: mask_rules.layer_rules(model)`; none by default.
       step: a callable returning the optimizer step the masks start at.
       span: how many steps one call of the compiled step runs
         (`steps_per_execution`).
@@ -172,16 +217,26 @@ class GradientMasker:
         (`maskfit.apply_gradients`): they are then masked and restored.
     """
 
-    def __init__(self, variables, layer_specs, step=lambda: 0, span=1, skip_frozen=True):
+    def __init__(
+        self,
+        variables,
+        layer_specs,
+        step=lambda: 0,
+        span=1,
+        skip_frozen=True,
+        layer_rules=tuple,
+    ):
         self._variables = list(variables)
         self._layer_specs = layer_specs
+        self._layer_rules = layer_rules
         self._step = step
         self._span = span
         self._skip_frozen = skip_frozen
         self._slots = {}  # key -> MaskSlot
         self._states = {}  # key -> _SlotState
-        self._by_index = {}  # variable position -> (_SlotState, UnitLayout or None)
+        self._by_index = {}  # variable position -> _VariableMasks
         self._needs = {}  # variable position -> step_plan.VariableNeeds
+        self._rules = mask_rules.RuleState()  # the rules' keep masks
         self._version = None
         self.plan = None
         self.update()
@@ -247,8 +302,23 @@ class GradientMasker:
 
     @property
     def scheduled(self):
-        """Whether any mask follows a schedule (then `begin_step` does work)."""
-        return any(s is not None and s.table is not None for s in self._states.values())
+        """Whether `begin_step` does work: a mask follows a schedule, or a rule applies."""
+        return bool(self._rules.groups) or any(
+            s is not None and s.table is not None for s in self._states.values()
+        )
+
+    @property
+    def has_rules(self):
+        """Whether a rule (e.g. pruning) changes masks and weights in `begin_step`."""
+        return bool(self._rules.groups)
+
+    def keep_masks(self):
+        """Returns `{variable position: keep mask}` (bool `tf.Variable`s) of the rules."""
+        return dict(self._rules.keeps)
+
+    def load_keeps(self, values):
+        """Assigns keep masks `{position: bool array}`; returns those it has no rule for."""
+        return self._rules.load(values)
 
     def state_bytes(self):
         """Bytes of mask state this masker keeps (masks, schedules, boundaries).
@@ -262,6 +332,8 @@ class GradientMasker:
                     total += variable.shape.num_elements() * variable.dtype.size
         for slot in self._slots.values():
             total += sum(layout.index.nbytes for layout in slot.layouts or ())
+        for keep in self._rules.keeps.values():
+            total += keep.shape.num_elements() * keep.dtype.size
         return total
 
     def mask_value(self, index):
@@ -274,10 +346,10 @@ class GradientMasker:
 
     def _variable_mask(self, index):
         """The mask on variable `index`, broadcastable to it (traced in the step)."""
-        state, layout = self._by_index[index]
-        if layout is None:
-            return tf.convert_to_tensor(state.current)
-        return layout.expand(state.current)
+        masks = self._by_index[index]
+        return masks.combined(
+            None if masks.state is None else masks.state.current, masks.keep
+        )
 
     def update(self, force=False):
         """Reads the specs again; returns True if the step must retrace.
@@ -285,10 +357,11 @@ class GradientMasker:
         Values of existing masks are assigned in place. A slot whose spec was
         removed keeps an all-ones mask, so removal needs no retrace either.
         """
-        version = declare.mask_version()
+        version = (declare.mask_version(), mask_rules.rule_version())
         if version == self._version and not force:
             return False
         slots = plan.plan_masks(self._layer_specs(), self._variables)
+        groups = tuple(mask_rules.resolve_rules(self._layer_rules(), self._variables))
         for key, slot in self._slots.items():
             if key not in slots:
                 slots[key] = slot._replace(table=np.ones_like(slot.table))
@@ -298,12 +371,17 @@ class GradientMasker:
             for slot in slots.values()
             for i, index in enumerate(slot.indices)
         }
-        retrace = False
+        ruled = sorted(i for group in groups for i in group.indices)
+        for index in ruled:
+            needs[index] = step_plan.VariableNeeds.ruled(needs.get(index))
+        retrace = self._rules.update(groups, self._variables)
         states = {}
         # (If every variable is masked and always frozen, one stays in the
         # step, so the optimizer's steps count on: all keep their state then.)
-        skippable = len(needs) < len(self._variables) or not all(
-            all(n.frozen) for n in needs.values()
+        # Without skip_frozen (apply_gradients) every mask is read in the step.
+        skippable = self._skip_frozen and (
+            len(needs) < len(self._variables)
+            or not all(all(n.frozen) for n in needs.values())
         )
         for key, slot in slots.items():
             if (
@@ -330,22 +408,42 @@ class GradientMasker:
         self._states = states
         self._slots = slots
         self._by_index = {
-            index: (
+            index: _VariableMasks(
                 states[key],
                 None if slot.layouts is None else slot.layouts[i],
+                self._rules.keeps.get(index),
             )
             for key, slot in slots.items()
             for i, index in enumerate(slot.indices)
         }
+        for index in ruled:
+            if index not in self._by_index:
+                self._by_index[index] = _VariableMasks(None, None, self._rules.keeps[index])
         self._needs = needs
         self._version = version
         return self.replan(step) or retrace
 
     def begin_step(self, step):
-        """Selects every scheduled mask for optimizer step `step` (traced once)."""
+        """Selects every scheduled mask, then applies the rules, for optimizer `step`.
+
+        Traced once. A rule that updates in this step gets new keep masks,
+        and the weights it drops are set to +0.0 before the forward pass.
+        """
         for state in self._states.values():
             if state is not None and state.table is not None:
                 state.select(step)
+        if self._rules.groups:
+            declared = {
+                i: (masks.state.current, masks.frozen_where)
+                for i, masks in self._by_index.items()
+                if masks.state is not None
+            }
+            self._rules.apply(
+                step,
+                [variable_handle(v) for v in self._variables],
+                self.plan.frozen,
+                declared,
+            )
 
     def mask_gradients(self, gradients):
         """Returns `gradients` with every mask applied (traced once).
@@ -367,7 +465,14 @@ class GradientMasker:
         return gradients
 
     def apply(
-        self, optimizer, gradients, variables=None, masked=True, static=False, fuse=False
+        self,
+        optimizer,
+        gradients,
+        variables=None,
+        masked=True,
+        static=False,
+        fuse=False,
+        mask_first=False,
     ):
         """Runs `optimizer.apply` on the planned variables; frozen entries stay exact.
 
@@ -389,32 +494,41 @@ class GradientMasker:
             pass over each variable instead of a copy and a select.
         """
         variables = self._variables if variables is None else list(variables)
-        guarded = []  # (position, whether the snapshot is taken only if needed)
-        for i in self._by_index:
+        # (position, whether the snapshot is taken only if needed, whether one
+        # is taken at all: a rule's dropped entries are set to 0, not restored)
+        guarded = []
+        for i, masks in self._by_index.items():
             if i in self.plan.frozen:
                 continue
-            if not masked:
-                guarded.append((i, False))
-                continue
             mode = self.plan.guarded[i]
-            if mode != step_plan.NEVER and moves_zero_gradient_entries(
-                optimizer, variables[i]
-            ):
-                dynamic = mode == step_plan.SOMETIMES and not (static or fuse)
-                guarded.append((i, dynamic))
+            restore = masks.state is not None and (
+                not masked
+                or (
+                    mode != step_plan.NEVER
+                    and moves_zero_gradient_entries(optimizer, variables[i])
+                )
+            )
+            dynamic = masked and mode == step_plan.SOMETIMES and not (static or fuse)
+            if restore or masks.keep is not None:
+                guarded.append((i, dynamic and restore, restore))
 
         def update(gradients):
-            snapshots = [self._snapshot(variables[i], i, dynamic) for i, dynamic in guarded]
+            if mask_first:
+                gradients = self.active(self.mask_gradients(self.spread(gradients)))
+            snapshots = [
+                self._snapshot(variables[i], i, dynamic) if restore else None
+                for i, dynamic, restore in guarded
+            ]
             optimizer.apply(gradients, self.active(variables))
             if guarded:
                 self._restore(
                     optimizer,
-                    [variables[i] for i, _ in guarded],
+                    [variables[i] for i, _, _ in guarded],
                     snapshots,
-                    [self._by_index[i] for i, _ in guarded],
+                    [self._by_index[i] for i, _, _ in guarded],
                 )
 
-        if fuse and guarded:
+        if fuse and (guarded or (mask_first and self._by_index)):
             update = tf.function(update, jit_compile=True, autograph=False)
         update(self.active(gradients))
 
@@ -428,7 +542,8 @@ class GradientMasker:
         handle = variable_handle(variable)
         if not dynamic:
             return None, tf.identity(handle)
-        needed = tf.reduce_any(_is_frozen(self._variable_mask(index)))
+        masks = self._by_index[index]
+        needed = tf.reduce_any(_is_frozen(masks.declared(masks.state.current)))
         value = tf.cond(
             needed,
             lambda: tf.identity(handle),
@@ -437,20 +552,38 @@ class GradientMasker:
         return needed, value
 
     def _restore(self, optimizer, variables, snapshots, masks):
+        """Puts back the frozen entries from `snapshots`, zeroes the dropped ones.
+
+        Each variable's EMA average gets the same. `snapshots` has a
+        `(needed, value)` per variable, or None when only dropped entries
+        (a rule's) are to be zeroed.
+        """
         averages = ema_averages(optimizer, variables)
         targets = [variable_handle(v) for v in variables]
 
         def restore_all(distribution, snapshots):
-            for target, (needed, snapshot), (state, layout), average in zip(
+            for target, snapshot, entry, average in zip(
                 targets, snapshots, masks, averages
             ):
+                needed, snapshot = (None, None) if snapshot is None else snapshot
+                # What the per-replica restore reads: the snapshot and the
+                # declared mask (if restored), the keep mask (if a rule's).
+                args = () if snapshot is None else (snapshot, entry.state.current)
+                args += () if entry.keep is None else (entry.keep,)
 
-                def restore(target, snapshot, values, layout=layout, needed=needed):
+                def restore(
+                    target, *values, entry=entry, needed=needed, restores=snapshot is not None
+                ):
                     def put_back():
-                        mask = values if layout is None else layout.expand(values)
-                        frozen = _is_frozen(mask)
-                        kept = tf.reshape(snapshot, tf.shape(target))
-                        return target.assign(tf.where(frozen, kept, target))
+                        value = tf.convert_to_tensor(target)
+                        if restores:
+                            kept, current = values[:2]
+                            frozen = _is_frozen(entry.declared(current))
+                            value = tf.where(frozen, tf.reshape(kept, tf.shape(value)), value)
+                        if entry.keep is not None:
+                            keep = tf.convert_to_tensor(values[-1])
+                            value = tf.where(keep, value, tf.zeros([], value.dtype))
+                        return target.assign(value)
 
                     if needed is None:
                         return put_back()
@@ -464,10 +597,7 @@ class GradientMasker:
                 for variable in (target, average):
                     if variable is not None:
                         distribution.extended.update(
-                            variable_handle(variable),
-                            restore,
-                            args=(snapshot, state.current),
-                            group=False,
+                            variable_handle(variable), restore, args=args, group=False
                         )
 
         internals.merge_call(restore_all, tf.distribute.get_strategy(), snapshots)

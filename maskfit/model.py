@@ -11,15 +11,22 @@ import tensorflow as tf
 from maskfit import declare
 from maskfit import internals
 from maskfit import mask_config
+from maskfit import mask_rules
 from maskfit import masker as masker_lib
 from maskfit import optimizer_slots
 
-__all__ = ["MaskedModel", "MaskedSequential", "all_trainable_variables"]
+__all__ = ["MaskedModel", "MaskedSequential", "all_trainable_variables", "keep_masks"]
 
 _MASKER_ATTR = "_maskfit_masker"
 _STALE_ATTR = "_maskfit_stale"
+_RETRACE_ATTR = "_maskfit_retrace"
+# Keep masks loaded before the masker that holds them was planned.
+_PENDING_KEEPS_ATTR = "_maskfit_pending_keeps"
 # The weights-file entry that lists the variables the optimizer has slots for.
 _LAYOUT_KEY = "maskfit_optimizer_variables"
+# Weights-file entries `maskfit_keep_<i>`: the keep mask of a rule (pruning)
+# on trainable variable i, bit-packed.
+_KEEP_PREFIX = "maskfit_keep_"
 
 
 class _MaskedTraining:
@@ -69,16 +76,23 @@ class _MaskedTraining:
                 masker = self._plan_masker(variables)
                 if masker.scheduled:
                     masker.begin_step(self.optimizer.iterations)
+                if masker.has_rules:
+                    # A rule changes weights before the forward pass: from
+                    # the next call on, the step is traced in that order.
+                    object.__setattr__(self, _RETRACE_ATTR, True)
             # Fully frozen variables get no gradient and no update at all.
             gradients = masker.spread(tape.gradient(loss, masker.active(variables)))
-            gradients = self.apply_grad_masks(gradients, variables)
+            fuse, untouched = self._fuses_update(), self._masks_untouched()
+            if not (fuse and untouched):
+                gradients = self.apply_grad_masks(gradients, variables)
             masker.apply(
                 self.optimizer,
                 gradients,
                 variables,
-                masked=self._masks_untouched(),
+                masked=untouched,
                 static=bool(self.jit_compile) and not self.run_eagerly,
-                fuse=self._fuses_update(),
+                fuse=fuse,
+                mask_first=fuse and untouched,
             )
         else:
             warnings.warn("The model does not have any trainable weights.")
@@ -118,10 +132,11 @@ class _MaskedTraining:
         optimizer is fitted to the new plan and the step traced again, before
         the call that runs that step.
         """
-        retrace = False
+        retrace = getattr(self, _RETRACE_ATTR, False)
+        object.__setattr__(self, _RETRACE_ATTR, False)
         if self.built:
             with self.distribute_strategy.scope():
-                retrace = self._sync_masker()
+                retrace = self._sync_masker() or retrace
             object.__setattr__(self, _STALE_ATTR, False)
         super().make_train_function(force=force or retrace)
         keras_function = self.train_function
@@ -129,9 +144,12 @@ class _MaskedTraining:
             return keras_function
 
         def train_function(iterator):
-            masker = self._ready_masker()
+            # Per call, so no walk over the variables: `fit` and
+            # `train_on_batch` made the masker match them just before.
+            masker = getattr(self, _MASKER_ATTR, None)
             if masker is not None and (
                 getattr(self, _STALE_ATTR, False)
+                or getattr(self, _RETRACE_ATTR, False)
                 or (
                     masker.plan.valid_until is not None
                     and not masker.holds_at(self._optimizer_step())
@@ -213,9 +231,18 @@ class _MaskedTraining:
                 lambda: declare.masked_layers(self),
                 step=self._optimizer_step,
                 span=self.steps_per_execution,
+                layer_rules=lambda: mask_rules.layer_rules(self),
             )
         object.__setattr__(self, _MASKER_ATTR, masker)
+        self._load_pending_keeps(masker)
         return masker
+
+    def _load_pending_keeps(self, masker):
+        pending = getattr(self, _PENDING_KEEPS_ATTR, None)
+        if pending:
+            with tf.init_scope():
+                rest = masker.load_keeps(pending)
+            object.__setattr__(self, _PENDING_KEEPS_ATTR, rest)
 
     def _sync_masker(self):
         """Makes the masker and optimizer match the masks and the step; True to retrace."""
@@ -228,6 +255,7 @@ class _MaskedTraining:
         else:
             changed = masker.update()
             changed = masker.replan(step, span=self.steps_per_execution) or changed
+            self._load_pending_keeps(masker)
         return self._fit_optimizer(masker, step) or changed
 
     def _fit_optimizer(self, masker, step):
@@ -259,6 +287,10 @@ class _MaskedTraining:
 
     def save_own_variables(self, store):
         super().save_own_variables(store)
+        # The keep masks of rules (pruning) are state that the weights do not
+        # tell (ties, kept weights that are exactly 0): save them bit-packed.
+        for index, keep in _keep_values(self).items():
+            store[f"{_KEEP_PREFIX}{index}"] = np.packbits(keep.ravel())
         # Masks decide which variables the optimizer has slots for (none for a
         # variable whose mask is all 0), and a program that loads this may
         # plan another step first: record them, so that loading builds the
@@ -276,6 +308,11 @@ class _MaskedTraining:
 
     def load_own_variables(self, store):
         keys = list(store.keys())
+        keep_keys = [key for key in keys if key.startswith(_KEEP_PREFIX)]
+        if keep_keys:
+            self._load_keeps({key: store[key] for key in keep_keys})
+            keys = [key for key in keys if key not in keep_keys]
+            store = {key: store[key] for key in keys}
         if _LAYOUT_KEY in keys:
             layout = [int(i) for i in np.asarray(store[_LAYOUT_KEY])]
             store = {key: store[key] for key in keys if key != _LAYOUT_KEY}
@@ -288,20 +325,49 @@ class _MaskedTraining:
                 object.__setattr__(self, _STALE_ATTR, True)
         super().load_own_variables(store)
 
+    def _load_keeps(self, entries):
+        """Unpacks saved keep masks; the masker gets them now or when planned."""
+        variables = self._all_trainable_weights()
+        values = {}
+        for key, packed in entries.items():
+            index = int(key[len(_KEEP_PREFIX):])
+            if index >= len(variables):
+                raise ValueError(
+                    f"The weights being loaded hold a pruning keep mask for"
+                    f" trainable variable {index}, but model '{self.name}' has"
+                    f" {len(variables)} trainable variables. Load weights saved"
+                    " from a model of the same structure."
+                )
+            shape = tuple(variables[index].shape)
+            bits = np.unpackbits(np.asarray(packed, np.uint8), count=int(np.prod(shape)))
+            values[index] = bits.astype(bool).reshape(shape)
+        pending = dict(getattr(self, _PENDING_KEEPS_ATTR, None) or {})
+        pending.update(values)
+        object.__setattr__(self, _PENDING_KEEPS_ATTR, pending)
+        masker = self._ready_masker(variables)
+        if masker is not None:
+            self._load_pending_keeps(masker)
+
     def get_config(self):
         config = super().get_config()
         grad_masks = mask_config.masks_to_config(self)
         if grad_masks:
             config["grad_masks"] = grad_masks
+        rules = mask_rules.rules_to_config(self, mask_config.layer_paths(self))
+        if rules:
+            config["mask_rules"] = rules
         return config
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
         config = dict(config)
         grad_masks = config.pop("grad_masks", None)
+        rules = config.pop("mask_rules", None)
         model = super().from_config(config, custom_objects=custom_objects)
         if grad_masks:
             mask_config.masks_from_config(model, grad_masks)
+        if rules:
+            mask_rules.rules_from_config(model, rules, mask_config.layer_paths(model))
         return model
 
     def __reduce__(self):
@@ -325,6 +391,28 @@ def all_trainable_variables(model):
     if isinstance(model, _MaskedTraining):
         return model._all_trainable_weights()
     return list(model.trainable_variables)
+
+
+def keep_masks(model):
+    """Returns `{position: bool array}`: the keep masks of the rules (pruning) on `model`.
+
+    Positions are in `all_trainable_variables(model)`. A variable that a rule
+    covers but that has not been trained yet has none (nothing is dropped);
+    one whose masks were loaded but not planned yet has the loaded ones.
+    """
+    if not isinstance(model, _MaskedTraining):
+        return {}
+    return _keep_values(model)
+
+
+def _keep_values(model):
+    masker = getattr(model, _MASKER_ATTR, None)
+    values = dict(getattr(model, _PENDING_KEEPS_ATTR, None) or {})
+    if masker is not None:
+        values.update(
+            {i: np.asarray(k.numpy()) for i, k in masker.keep_masks().items()}
+        )
+    return values
 
 
 def _unpickle(data):

@@ -50,6 +50,20 @@ class VariableNeeds(
             guarded.append(bool(np.any(zero)))
         return cls(tuple(boundaries), tuple(frozen), tuple(masked), tuple(guarded))
 
+    @classmethod
+    def ruled(cls, needs=None):
+        """The needs of a variable whose mask a rule also changes in the step.
+
+        A rule (`maskfit.mask_rules`) may drop entries at any step, in the
+        graph: the variable is masked and guarded at every step. It is left
+        out of the step only where `needs` (those of its declared mask, if
+        any) freeze it whole, which no rule can undo.
+        """
+        if needs is None:
+            return cls((), (False,), (True,), (True,))
+        always = (True,) * len(needs.frozen)
+        return needs._replace(masked=always, guarded=always)
+
     def interval(self, step):
         """The interval that optimizer step `step` is in."""
         return int(np.searchsorted(self.boundaries, step, side="right"))

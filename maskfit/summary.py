@@ -7,6 +7,7 @@ import keras
 import numpy as np
 
 from maskfit import declare
+from maskfit import mask_rules
 from maskfit import masker as masker_lib
 from maskfit import model as model_lib
 
@@ -18,15 +19,17 @@ class SummaryRow(NamedTuple):
 
     `learnable + frozen == params`; `shared` counts the learnable entries of
     an `OutputMask` layer that affect several output units, which the mask
-    never freezes.
+    never freezes; `pruned` counts the entries pruning dropped (they are
+    frozen at 0, and counted in `frozen` too).
     """
 
     path: str
     shape: tuple
     params: int
     learnable: int
-    mask_kind: str  # "none", "output" or "element"
+    mask_kind: str  # "none", "output" or "element"; "+pruned" if pruned
     shared: int = 0
+    pruned: int = 0
 
     @property
     def frozen(self):
@@ -46,6 +49,8 @@ class Summary:
       non_trainable_params: parameters in non-trainable variables.
       shared_params: learnable parameters of `OutputMask` layers shared by
         several output units (never frozen by the mask).
+      pruned_params: parameters pruning dropped (`maskfit.pruning`),
+        included in the frozen ones.
     """
 
     rows: tuple
@@ -53,6 +58,7 @@ class Summary:
     learnable_params: int
     non_trainable_params: int
     shared_params: int = 0
+    pruned_params: int = 0
 
     @property
     def frozen_params(self):
@@ -64,13 +70,16 @@ class Summary:
         return self.trainable_params + self.non_trainable_params
 
 
-def _counts(shape, entry):
-    """`(learnable, shared)` entries of a variable of `shape` under `entry`."""
-    mask = np.broadcast_to(entry.mask, shape)
-    shared = (
-        0 if entry.shared is None else int(np.broadcast_to(entry.shared, shape).sum())
-    )
-    return int(np.count_nonzero(mask > 0)), shared
+def _counts(shape, entry, keep):
+    """`(learnable, shared)` entries of a variable of `shape` under `entry` and `keep`."""
+    learns = np.ones(shape, bool) if entry is None else np.broadcast_to(entry.mask, shape) > 0
+    if keep is not None:
+        learns = learns & keep
+    shared = 0
+    if entry is not None and entry.shared is not None:
+        shared = np.broadcast_to(entry.shared, shape)
+        shared = int((shared if keep is None else shared & keep).sum())
+    return int(np.count_nonzero(learns)), shared
 
 
 def summary(model, print_fn=print, step=None):
@@ -80,9 +89,10 @@ def summary(model, print_fn=print, step=None):
     many of its entries can still learn after the masks declared with
     `maskfit.set_mask` (an entry learns when its mask value is > 0) and how
     many are frozen, how many of the learnable ones an `OutputMask` leaves
-    free because they are shared by several output units, and the kind of
-    mask on it (`none`, `output` or `element`). The totals give the
-    effective number of trainable parameters.
+    free because they are shared by several output units, how many pruning
+    dropped (`maskfit.pruning`), and the kind of mask on it (`none`,
+    `output` or `element`, with `+pruned` for a pruned variable). The totals
+    give the effective number of trainable parameters.
 
     Args:
       model: a built Keras model (or layer).
@@ -121,16 +131,27 @@ def summary(model, print_fn=print, step=None):
     entries = masker_lib.resolve_masks(
         declare.masked_layers(model), variables, step=step
     )
+    pruned = {
+        index
+        for group in mask_rules.resolve_rules(mask_rules.layer_rules(model), variables)
+        for index in group.indices
+    }
+    keeps = model_lib.keep_masks(model)
     rows = []
     for index, variable in enumerate(variables):
         shape = tuple(variable.shape)
         params = int(np.prod(shape, dtype=int))
-        if index in entries:
-            kind = entries[index].kind
-            learnable, shared = _counts(shape, entries[index])
-        else:
-            kind, learnable, shared = "none", params, 0
-        rows.append(SummaryRow(variable.path, shape, params, learnable, kind, shared))
+        entry = entries.get(index)
+        keep = keeps.get(index) if index in pruned else None
+        kind = "none" if entry is None else entry.kind
+        learnable, shared = _counts(shape, entry, keep)
+        dropped = 0
+        if index in pruned:
+            kind = "pruned" if entry is None else f"{kind}+pruned"
+            dropped = 0 if keep is None else int(keep.size - np.count_nonzero(keep))
+        rows.append(
+            SummaryRow(variable.path, shape, params, learnable, kind, shared, dropped)
+        )
     result = Summary(
         rows=tuple(rows),
         trainable_params=sum(r.params for r in rows),
@@ -141,6 +162,7 @@ def summary(model, print_fn=print, step=None):
             if not any(v is t for t in variables)
         ),
         shared_params=sum(r.shared for r in rows),
+        pruned_params=sum(r.pruned for r in rows),
     )
     if print_fn is not None:
         for line in _table(model.name, result):
@@ -149,6 +171,7 @@ def summary(model, print_fn=print, step=None):
 
 
 def _table(name, result):
+    pruning = any(r.mask_kind.endswith("pruned") for r in result.rows)
     header = (
         "Variable (path)",
         "Shape",
@@ -156,8 +179,7 @@ def _table(name, result):
         "Learnable",
         "Frozen",
         "Shared",
-        "Mask",
-    )
+    ) + (("Pruned",) if pruning else ()) + ("Mask",)
     cells = [header] + [
         (
             r.path,
@@ -165,17 +187,18 @@ def _table(name, result):
             f"{r.params:,}",
             f"{r.learnable:,}",
             f"{r.frozen:,}",
-            f"{r.shared:,}" if r.mask_kind == "output" else "-",
-            r.mask_kind,
+            f"{r.shared:,}" if r.mask_kind.startswith("output") else "-",
         )
+        + ((f"{r.pruned:,}" if r.mask_kind.endswith("pruned") else "-",) if pruning else ())
+        + (r.mask_kind,)
         for r in result.rows
     ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
 
     def line(row):
         left = [c.ljust(w) for c, w in zip(row[:2], widths[:2])]
-        right = [c.rjust(w) for c, w in zip(row[2:6], widths[2:6])]
-        return "  ".join(left + right + [row[6].ljust(widths[6])]).rstrip()
+        right = [c.rjust(w) for c, w in zip(row[2:-1], widths[2:-1])]
+        return "  ".join(left + right + [row[-1].ljust(widths[-1])]).rstrip()
 
     rule = "-" * len(line(header))
     yield f'Masked summary: "{name}"'
@@ -190,7 +213,9 @@ def _table(name, result):
         f" Learnable params (after masks): {result.learnable_params:,}"
         f" ({result.frozen_params:,} frozen)"
     )
-    if any(r.mask_kind == "output" for r in result.rows):
+    if pruning:
+        yield f" Pruned params (frozen at 0): {result.pruned_params:,}"
+    if any(r.mask_kind.startswith("output") for r in result.rows):
         yield (
             f" Shared by several output units (OutputMask leaves them learning):"
             f" {result.shared_params:,}"

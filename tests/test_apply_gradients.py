@@ -229,3 +229,13 @@ def test_new_mask_values_apply_on_the_next_eager_call():
     column0 = head.kernel.numpy()[:, 0].copy()
     apply_gradients(optimizer, _ones(model))
     np.testing.assert_array_equal(head.kernel.numpy()[:, 0], column0)
+
+
+def test_an_element_mask_of_zeros_freezes_its_variable():
+    model, _, head = _model(maskfit.ElementMask({"kernel": np.zeros((4, 2))}))
+    optimizer = _built(keras.optimizers.AdamW(0.1, weight_decay=0.5), model)
+    kernel = head.kernel.numpy().copy()
+    for _ in range(2):
+        apply_gradients(optimizer, _ones(model))
+    np.testing.assert_array_equal(head.kernel.numpy(), kernel)
+    assert not np.array_equal(head.bias.numpy(), np.zeros(2))

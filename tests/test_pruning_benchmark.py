@@ -31,7 +31,7 @@ def _keep_legacy_keras_flag_local():
         os.environ["TF_USE_LEGACY_KERAS"] = before
 
 
-def test_tfmot_runs_tiny_and_reports_sparsity_at_every_pruning_step(
+def test_both_contenders_run_tiny_and_report_sparsity_at_every_pruning_step(
     tmp_path, monkeypatch
 ):
     tiny_polynomial = dict(pruning_lib.SCENARIOS["polynomial"])
@@ -42,16 +42,37 @@ def test_tfmot_runs_tiny_and_reports_sparsity_at_every_pruning_step(
 
     results = pruning_lib.run(_TINY, str(tmp_path))
 
-    runs = {r["scenario"]: r for r in results["runs"]}
-    assert sorted(runs) == ["2:4", "polynomial"]
-    polynomial = runs["polynomial"]
-    assert [s["step"] for s in polynomial["pruning_steps"]] == [2, 4, 6]
-    assert polynomial["follows_schedule"]
-    # From step 6 on, 90% of each kernel is zero (64x16: 1024 entries, 102 kept).
-    assert polynomial["final_zeros"]["64x16"] == 1024 - 102
-    two_of_four = runs["2:4"]
-    assert [s["step"] for s in two_of_four["pruning_steps"]] == [1]
-    assert two_of_four["final_zeros"] == {"64x16": 512, "16x10": 80}
+    runs = {(r["scenario"], r["contender"]): r for r in results["runs"]}
+    assert sorted(runs) == [
+        ("2:4", "keras"),
+        ("2:4", "maskfit"),
+        ("2:4", "tfmot"),
+        ("polynomial", "keras"),
+        ("polynomial", "maskfit"),
+        ("polynomial", "tfmot"),
+    ]
+    # The reference trains the same model without pruning.
+    assert runs["polynomial", "keras"]["final_zeros"]["64x16"] == 0
+    assert set(results["paired_step_time"]) == {"maskfit", "keras"}
+    assert results["paired_step_time"]["maskfit"]["polynomial"]["epochs"] == 1
+    for contender in ("tfmot", "maskfit"):
+        polynomial = runs["polynomial", contender]
+        assert [s["step"] for s in polynomial["pruning_steps"]] == [2, 4, 6]
+        assert polynomial["follows_schedule"]
+        # From step 6 on, 90% of each kernel is zero (64x16: 1024 entries, 102 kept).
+        assert polynomial["final_zeros"]["64x16"] == 1024 - 102
+        two_of_four = runs["2:4", contender]
+        assert [s["step"] for s in two_of_four["pruning_steps"]] == [1]
+        assert two_of_four["final_zeros"] == {"64x16": 512, "16x10": 80}
+    # The same masks at every pruning step, from the same weights and batches.
+    for scenario in ("polynomial", "2:4"):
+        assert [s["zeros"] for s in runs[scenario, "maskfit"]["pruning_steps"]] == [
+            s["zeros"] for s in runs[scenario, "tfmot"]["pruning_steps"]
+        ]
+    # maskfit's pruned weights are 0 after every step; TF-MOT's optimizer
+    # moves them until its callback masks them again at the end of the epoch.
+    assert runs["polynomial", "maskfit"]["pruned_are_zero"]
+    assert not runs["polynomial", "tfmot"]["pruned_are_zero"]
     for run in results["runs"]:
         assert 0.0 <= run["test_accuracy"] <= 1.0 and run["step_ms"] > 0
 
@@ -59,10 +80,13 @@ def test_tfmot_runs_tiny_and_reports_sparsity_at_every_pruning_step(
         assert json.load(f)["runs"] == results["runs"]
     table = (tmp_path / "pruning_vs_tfmot.md").read_text()
     assert "| polynomial | tfmot | 1 |" in table
-    assert "| 6 | 0.900000 | 922 | 144 |" in table  # 160 - 16 kept in 16x10.
+    assert "| polynomial | maskfit | 1 |" in table
+    assert "| polynomial | keras | 1 |" in table and " | - | - | - |" in table
+    # 160 - 16 kept in 16x10, per contender.
+    assert "| 6 | 0.900000 | 922 | 922 | 144 | 144 |" in table
     assert (tmp_path / "config.json").exists()
 
 
 def test_unknown_contenders_are_refused_with_what_is_available():
-    with pytest.raises(ValueError, match=r"available: \['tfmot'\].*phase 2"):
-        pruning_lib.Config(contenders=("maskfit",))
+    with pytest.raises(ValueError, match=r"available: \['keras', 'maskfit', 'tfmot'\]"):
+        pruning_lib.Config(contenders=("torch",))

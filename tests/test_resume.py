@@ -12,12 +12,12 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "resume_run.py")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def start(phase, workdir):
+def start(phase, workdir, variant="masks"):
     env = dict(
         os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
     )
     return subprocess.Popen(
-        [sys.executable, SCRIPT, phase, str(workdir)],
+        [sys.executable, SCRIPT, phase, str(workdir), variant],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -55,13 +55,14 @@ def assert_frozen_unchanged(initial, final):
     np.testing.assert_array_equal(final[body_bias][3], initial[body_bias][3])
 
 
-def test_killed_and_raising_runs_resume_bit_identical(tmp_path):
+def run_interrupted(tmp_path, variant):
+    """Runs the phases of resume_run.py; returns the workdirs (a kill included)."""
     dirs = {name: tmp_path / name for name in ("full", "killed", "raised")}
     for d in dirs.values():
         d.mkdir()
-    full = start("full", dirs["full"])
-    raised = start("raise", dirs["raised"])
-    hung = start("hang", dirs["killed"])
+    full = start("full", dirs["full"], variant)
+    raised = start("raise", dirs["raised"], variant)
+    hung = start("hang", dirs["killed"], variant)
     try:
         deadline = time.monotonic() + 180
         while not (dirs["killed"] / "waiting").exists():
@@ -77,7 +78,12 @@ def test_killed_and_raising_runs_resume_bit_identical(tmp_path):
             hung.wait()
     finish(full)
     finish(raised)
-    finish(start("resume", dirs["killed"]))
+    finish(start("resume", dirs["killed"], variant))
+    return dirs
+
+
+def test_killed_and_raising_runs_resume_bit_identical(tmp_path):
+    dirs = run_interrupted(tmp_path, "masks")
 
     reference = weights(dirs["full"] / "weights_full.npz")
     assert_same(weights(dirs["raised"] / "weights_raise.npz"), reference)
@@ -87,3 +93,22 @@ def test_killed_and_raising_runs_resume_bit_identical(tmp_path):
     assert (dirs["full"] / "steps_full.txt").read_text() == "16"
     assert (dirs["killed"] / "steps_resume.txt").read_text() == "8"
     assert (dirs["raised"] / "steps_raise.txt").read_text() == "8"
+
+
+def test_pruned_runs_resume_bit_identical_keep_masks_included(tmp_path):
+    dirs = run_interrupted(tmp_path, "pruning")
+
+    reference = weights(dirs["full"] / "weights_full.npz")
+    assert_same(weights(dirs["raised"] / "weights_raise.npz"), reference)
+    assert_same(weights(dirs["killed"] / "weights_resume.npz"), reference)
+    body_kernel, head_kernel, body_keep, head_keep = 0, 2, 4, 5
+    assert len(reference) == 6  # 4 weights, 2 keep masks
+    for kernel, keep in ((body_kernel, body_keep), (head_kernel, head_keep)):
+        np.testing.assert_array_equal(reference[kernel][~reference[keep]], 0.0)
+    assert np.count_nonzero(~reference[body_keep]) == 24 * 3 // 4
+    # Head output 1 is frozen by its mask: never pruned, never moved; so only
+    # output 0's 8 entries can go (the schedule asks for 12 of 16).
+    initial = weights(dirs["full"] / "initial.npz")
+    np.testing.assert_array_equal(reference[head_kernel][:, 1], initial[head_kernel][:, 1])
+    assert not reference[head_keep][:, 0].any() and reference[head_keep][:, 1].all()
+    assert (dirs["killed"] / "steps_resume.txt").read_text() == "8"

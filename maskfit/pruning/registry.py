@@ -5,6 +5,8 @@ import collections
 
 import keras
 
+from maskfit import internals
+
 __all__ = [
     "PrunableLayer",
     "RegistryEntry",
@@ -16,19 +18,9 @@ __all__ = [
 L = keras.layers
 
 
-def _conv_lstm_cell_class():
-    # ConvLSTM1D/2D/3D keep their weights in a ConvLSTMCell, which Keras does
-    # not export (no public name for the class of `ConvLSTM2D(...).cell`).
-    from keras.src.layers.rnn.conv_lstm import ConvLSTMCell
-
-    return ConvLSTMCell
-
-
 def _direct_sublayers(layer):
-    # The layers tracked directly by `layer` (an RNN's cell, a wrapper's
-    # layer, a model's layers). Keras 3 has no public accessor for a layer's
-    # sublayers; `keras.Model.layers` exists for models only.
-    return list(layer._flatten_layers(include_self=False, recursive=False))
+    """The layers tracked directly by `layer` (an RNN's cell, a wrapper's layer)."""
+    return internals.sublayers(layer, recursive=False)
 
 
 # Pruned variables, by name, per exact layer class (TF-MOT: kernels and
@@ -51,7 +43,7 @@ _PRUNABLE = {
     L.SimpleRNNCell: ("kernel", "recurrent_kernel"),
     L.GRUCell: ("kernel", "recurrent_kernel"),
     L.LSTMCell: ("kernel", "recurrent_kernel"),
-    _conv_lstm_cell_class(): ("kernel", "recurrent_kernel"),
+    internals.conv_lstm_cell_class(): ("kernel", "recurrent_kernel"),
 }
 
 # Pruned when the layer has them (an untied ReversibleEmbedding's output matrix).

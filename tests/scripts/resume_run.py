@@ -1,11 +1,14 @@
-"""A training run that the resume tests interrupt: python resume_run.py PHASE WORKDIR.
+"""A training run that the resume tests interrupt: python resume_run.py PHASE WORKDIR [MODEL].
 
 PHASE is one of:
   full      train without interruption;
   hang      train with BackupAndRestore and stop at STOP_STEP, waiting to be killed;
   raise     train with BackupAndRestore, raise at STOP_STEP, then fit again;
   resume    train with BackupAndRestore (after `hang` was killed).
-Every phase that finishes writes WORKDIR/weights_PHASE.npz and the initial weights.
+MODEL is `masks` (default: scheduled masks) or `pruning` (magnitude pruning
+that composes with a mask). Every phase that finishes writes
+WORKDIR/weights_PHASE.npz (for `pruning`, the keep masks after the weights)
+and the initial weights.
 """
 
 import os
@@ -19,6 +22,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import maskfit  # noqa: E402
+from maskfit import model as model_lib  # noqa: E402
+from maskfit import pruning  # noqa: E402
 
 STOP_STEP = 9  # mid-epoch: epochs have 4 steps
 EPOCHS = 4
@@ -72,12 +77,38 @@ def build():
     return model
 
 
-def main(phase, workdir):
+def build_pruned():
+    keras.utils.set_random_seed(11)
+    inputs = keras.Input((3,))
+    body = keras.layers.Dense(8, activation="tanh", name="body")
+    head = keras.layers.Dense(2, name="head")
+    model = maskfit.MaskedModel(inputs, head(body(inputs)))
+    maskfit.set_mask(head, maskfit.OutputMask([1, 0]))
+    # Prunes in steps 7 and 14: the backup of step 8 holds keep masks that
+    # steps 9-13 need (they do not prune), and the resumed runs prune again.
+    pruning.prune_low_magnitude(
+        model, pruning_schedule=pruning.PolynomialDecay(0.0, 0.75, 0, 14, frequency=7)
+    )
+    model.compile(optimizer=keras.optimizers.AdamW(0.02, weight_decay=0.05), loss="mse")
+    return model
+
+
+BUILDERS = {"masks": build, "pruning": build_pruned}
+
+
+def state(model):
+    """The weights, then (for pruned models) the keep masks by variable position."""
+    keeps = model_lib.keep_masks(model)
+    return [w.numpy() for w in model.weights] + [keeps[i] for i in sorted(keeps)]
+
+
+def main(phase, workdir, variant="masks"):
     tf.config.experimental.enable_op_determinism()
     rng = np.random.default_rng(0)
     x = rng.normal(size=(16, 3)).astype("float32")
     y = rng.normal(size=(16, 2)).astype("float32")
-    model = build()
+    build_model = BUILDERS[variant]
+    model = build_model()
     np.savez(os.path.join(workdir, "initial.npz"), *[w.numpy() for w in model.weights])
 
     def fit(extra=()):
@@ -102,16 +133,13 @@ def main(phase, workdir):
             fit([StopAt(marker, hang=phase == "hang")])
         except RuntimeError:
             pass
-        model = build()  # as a restarted program would
+        model = build_model()  # as a restarted program would
     counter = StepCounter()
     fit([counter])
     with open(os.path.join(workdir, f"steps_{phase}.txt"), "w") as f:
         f.write(str(counter.steps))
-    np.savez(
-        os.path.join(workdir, f"weights_{phase}.npz"),
-        *[w.numpy() for w in model.weights],
-    )
+    np.savez(os.path.join(workdir, f"weights_{phase}.npz"), *state(model))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])
