@@ -108,17 +108,25 @@ def train_and_check(optimizer, mode, constraint=None, model_cls=None):
     return model
 
 
+# Optimizers a Keras release ships but cannot run with TensorFlow, stock
+# keras.Model included: Keras 3.10's Muon reads `.path` of the tf.Variable its
+# update step is handed (AttributeError); fixed in 3.11.
+_BROKEN_BEFORE = {"Muon": (3, 11)}
+_KERAS = tuple(int(part) for part in keras.__version__.split(".")[:2])
+
+
 def _shipped(name):
     """`name` as a test parameter, skipped in a Keras that lacks the optimizer
-    (Lamb came in 3.5, Muon in 3.10, ScheduleFreeAdamW in 3.14)."""
+    (Lamb came in 3.5, Muon in 3.10, ScheduleFreeAdamW in 3.14) or ships a
+    broken one."""
     cls = name.split("_")[0]
-    return pytest.param(
-        name,
-        marks=pytest.mark.skipif(
-            not hasattr(keras.optimizers, cls),
-            reason=f"Keras {keras.__version__} has no keras.optimizers.{cls}",
-        ),
-    )
+    if not hasattr(keras.optimizers, cls):
+        reason = f"Keras {keras.__version__} has no keras.optimizers.{cls}"
+    elif _KERAS < _BROKEN_BEFORE.get(cls, _KERAS):
+        reason = f"keras.optimizers.{cls} fails in Keras {keras.__version__} itself"
+    else:
+        return name
+    return pytest.param(name, marks=pytest.mark.skip(reason=reason))
 
 
 @pytest.mark.parametrize("name", [_shipped(name) for name in sorted(OPTIMIZERS)])
