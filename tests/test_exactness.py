@@ -9,6 +9,7 @@ import tensorflow as tf
 from hypothesis import given, settings, strategies as st
 
 import maskfit
+from keras_versions import param_if_shipped
 
 # Every optimizer Keras ships, with a learning rate that moves a tiny model.
 OPTIMIZERS = {
@@ -108,28 +109,7 @@ def train_and_check(optimizer, mode, constraint=None, model_cls=None):
     return model
 
 
-# Optimizers a Keras release ships but cannot run with TensorFlow, stock
-# keras.Model included: Keras 3.10's Muon reads `.path` of the tf.Variable its
-# update step is handed (AttributeError); fixed in 3.11.
-_BROKEN_BEFORE = {"Muon": (3, 11)}
-_KERAS = tuple(int(part) for part in keras.__version__.split(".")[:2])
-
-
-def _shipped(name):
-    """`name` as a test parameter, skipped in a Keras that lacks the optimizer
-    (Lamb came in 3.5, Muon in 3.10, ScheduleFreeAdamW in 3.14) or ships a
-    broken one."""
-    cls = name.split("_")[0]
-    if not hasattr(keras.optimizers, cls):
-        reason = f"Keras {keras.__version__} has no keras.optimizers.{cls}"
-    elif _KERAS < _BROKEN_BEFORE.get(cls, _KERAS):
-        reason = f"keras.optimizers.{cls} fails in Keras {keras.__version__} itself"
-    else:
-        return name
-    return pytest.param(name, marks=pytest.mark.skip(reason=reason))
-
-
-@pytest.mark.parametrize("name", [_shipped(name) for name in sorted(OPTIMIZERS)])
+@pytest.mark.parametrize("name", [param_if_shipped(name) for name in sorted(OPTIMIZERS)])
 def test_frozen_entries_hold_for_every_optimizer_with_every_setting(name, mode):
     train_and_check(OPTIMIZERS[name](**KITCHEN_SINK), mode)
 
