@@ -20,6 +20,7 @@ needs `steps_per_execution=1` and both modes need `jit_compile=False`; in
 import dataclasses
 import os
 import time
+from typing import Optional
 
 import keras
 import numpy as np
@@ -49,7 +50,7 @@ class Config:
     backprop: bool = False
     seed: int = 0
     jit_compile: bool = False
-    steps_per_execution: int | None = None  # fit: steps per compiled call; None: all.
+    steps_per_execution: Optional[int] = None  # fit: steps per compiled call; None: all.
     strategy: str = "default"
     precision: str = "float32"
 

@@ -231,7 +231,8 @@ class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
 
         def reduce_leaf(leaf):
             local = self.experimental_local_results(leaf)[0]
-            scalar = getattr(local, "shape", None) == ()
+            # A scalar tensor, or (Keras 3.10, run eagerly) a Python number.
+            scalar = tf.TensorShape(getattr(local, "shape", ())).rank == 0
             return reduce(reduce_op, leaf, None if scalar else axis)
 
         return tf.nest.map_structure(reduce_leaf, value)

@@ -159,8 +159,16 @@ def merge_call(fn, strategy, *args):
 
 
 def optimizer_built_variables(optimizer):
-    """The variables `optimizer` was built for, in its order."""
-    return optimizer._trainable_variables
+    """The variables `optimizer` was built for, in its order.
+
+    A `LossScaleOptimizer` of Keras 3.10 does not record them (its `build`
+    skips the base class's): they are those of the optimizer it wraps.
+    """
+    built = optimizer._trainable_variables
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if not built and inner is not None and inner.built:
+        return optimizer_built_variables(inner)
+    return built
 
 
 def optimizers_within(optimizer):

@@ -13,6 +13,7 @@ import re
 import keras
 
 from maskfit import internals
+from maskfit.keras_layers import LAYERS
 from maskfit import probe as probe_lib
 from maskfit.output_units import SHARED
 from maskfit.output_units import OutputUnits
@@ -22,7 +23,7 @@ from maskfit.output_units import units_along
 
 __all__ = ["TABLE", "units_from_config"]
 
-L = keras.layers
+L = LAYERS
 
 
 def _present(layer, ownership):

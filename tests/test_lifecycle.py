@@ -327,11 +327,15 @@ def test_inference_matches_a_plain_keras_model_with_the_same_weights(tmp_path):
     plain.set_weights(model.get_weights())
     plain.compile(optimizer="adam", loss="mse", metrics=["mae"])
 
-    np.testing.assert_array_equal(
-        model.predict(x, verbose=0), plain.predict(x, verbose=0)
+    for a, b in zip(model.weights, plain.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())  # Stored weights: bits.
+    # MaskedModel's graph (with the backprop gate's identity) vs keras.Model's:
+    # two computations, so float32 closeness, not bits.
+    np.testing.assert_allclose(
+        model.predict(x, verbose=0), plain.predict(x, verbose=0), rtol=1e-6, atol=1e-7
     )
-    np.testing.assert_array_equal(
-        model.evaluate(x, y, verbose=0), plain.evaluate(x, y, verbose=0)
+    np.testing.assert_allclose(
+        model.evaluate(x, y, verbose=0), plain.evaluate(x, y, verbose=0), rtol=1e-6
     )
     model.export(tmp_path / "exported", verbose=False)
     reloaded = tf.saved_model.load(str(tmp_path / "exported"))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_versions import param_if_shipped
 from maskfit import optimizer_slots
 
 OPTIMIZERS = {
@@ -22,6 +23,8 @@ OPTIMIZERS = {
     "accumulation": lambda: keras.optimizers.Adam(0.1, gradient_accumulation_steps=2),
     "LossScale": lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.1)),
 }
+# The keras.optimizers class of the OPTIMIZERS not named after theirs.
+CLASSES = {"accumulation": "Adam", "LossScale": "LossScaleOptimizer"}
 
 
 def variables():
@@ -57,7 +60,9 @@ def belongs_to(path, name):
     return last == name or last.startswith(name + "_")
 
 
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize(
+    "name", [param_if_shipped(name, CLASSES.get(name)) for name in sorted(OPTIMIZERS)]
+)
 def test_kept_variables_keep_every_slot_and_new_ones_start_fresh(name):
     a, b, c = variables()
     optimizer = OPTIMIZERS[name]()
@@ -94,9 +99,13 @@ def test_kept_variables_keep_every_slot_and_new_ones_start_fresh(name):
     train(optimizer, [a, c], steps=2)
 
 
-def test_rebuilding_for_the_same_variables_changes_nothing():
+@pytest.mark.parametrize("name", ["Adam", "LossScale"])
+def test_rebuilding_for_the_same_variables_changes_nothing(name):
+    # (Keras 3.10's LossScaleOptimizer does not record the variables it was
+    # built for: they are read from the optimizer it wraps, else every call
+    # would rebuild it and drop its slots.)
     a, b, _ = variables()
-    optimizer = keras.optimizers.Adam(0.1)
+    optimizer = OPTIMIZERS[name]()
     optimizer_slots.rebuild(optimizer, [a, b])
     train(optimizer, [a, b])
     slots = list(optimizer.variables)

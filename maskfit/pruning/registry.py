@@ -6,6 +6,7 @@ import collections
 import keras
 
 from maskfit import internals
+from maskfit.keras_layers import LAYERS
 
 __all__ = [
     "PrunableLayer",
@@ -15,7 +16,7 @@ __all__ = [
     "prunable_weights",
 ]
 
-L = keras.layers
+L = LAYERS
 
 
 def _direct_sublayers(layer):
