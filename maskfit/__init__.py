@@ -1,5 +1,16 @@
 """maskfit: declare which Keras parameters learn, and keep the rest exactly frozen."""
 
+import keras as _keras
+
+# The oldest Keras the suite passes on (BUILD.md, "Supported range"); older ones
+# break maskfit silently (e.g. schedules never advance under mixed_float16).
+_MIN_KERAS = (3, 10)
+if tuple(int(part) for part in _keras.__version__.split(".")[:2]) < _MIN_KERAS:
+    raise ImportError(
+        f"maskfit needs Keras 3.10 or newer; this environment has Keras"
+        f" {_keras.__version__}. Upgrade it with `pip install -U \"keras>=3.10\"`."
+    )
+
 from maskfit import distribute
 from maskfit import layers
 from maskfit import pruning
