@@ -109,7 +109,10 @@ def _restart(optimizer, variables):
 
 
 def _start_new_averages(optimizer, new_variables):
-    """Starts each new variable's EMA average at its value, as a fresh optimizer's first step does."""
+    """Starts each new variable's EMA average at its value.
+
+    As a fresh optimizer's first step does.
+    """
     if not new_variables:
         return
     for each in internals.optimizers_within(optimizer):

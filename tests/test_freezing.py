@@ -1,4 +1,4 @@
-"""A mask of zeros costs what trainable=False costs, and nothing about exactness changes (issue 13)."""
+"""A mask of zeros costs what trainable=False costs; exactness is unchanged (issue 13)."""
 
 import warnings
 
@@ -27,7 +27,9 @@ def data(n=24, seed=0):
 def frozen_by(kind, layer):
     if kind == "output":
         return maskfit.OutputMask([0] * layer.units)
-    return maskfit.ElementMask({"kernel": np.zeros(layer.kernel.shape), "bias": np.zeros(layer.bias.shape)})
+    return maskfit.ElementMask(
+        {"kernel": np.zeros(layer.kernel.shape), "bias": np.zeros(layer.bias.shape)}
+    )
 
 
 def ids(variables):
@@ -39,7 +41,9 @@ def test_a_layer_frozen_by_zeros_gets_no_gradient_no_slots_and_stays_exact(kind,
     model, a, b, head = mlp()
     maskfit.set_mask(a, frozen_by(kind, a))
     model.compile(
-        optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.5, use_ema=True, ema_overwrite_frequency=2),
+        optimizer=keras.optimizers.AdamW(
+            0.05, weight_decay=0.5, use_ema=True, ema_overwrite_frequency=2
+        ),
         loss="mse",
         steps_per_execution=2,
         **mode,
@@ -90,7 +94,9 @@ class TraceCounter(maskfit.MaskedModel):
 @pytest.mark.parametrize("steps_per_execution", [1, 4])
 def test_gradual_unfreezing_retraces_once_at_its_boundary(steps_per_execution):
     model, a, b, head = mlp(TraceCounter)
-    schedule = maskfit.PiecewiseMask([6], [maskfit.OutputMask([0] * 5), maskfit.OutputMask([1] * 5)])
+    schedule = maskfit.PiecewiseMask(
+        [6], [maskfit.OutputMask([0] * 5), maskfit.OutputMask([1] * 5)]
+    )
     maskfit.set_mask(a, schedule)
     model.compile(
         optimizer=keras.optimizers.Adam(0.05), loss="mse", steps_per_execution=steps_per_execution
@@ -119,7 +125,9 @@ def test_a_variable_that_learns_again_starts_with_fresh_optimizer_state():
 
     def momentum(variable):
         return next(
-            v.numpy() for v in optimizer.variables if v.path.endswith(variable.path.replace("/", "_") + "_momentum")
+            v.numpy()
+            for v in optimizer.variables
+            if v.path.endswith(variable.path.replace("/", "_") + "_momentum")
         )
 
     head_momentum = momentum(head.kernel)

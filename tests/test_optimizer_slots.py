@@ -90,7 +90,10 @@ def test_kept_variables_keep_every_slot_and_new_ones_start_fresh(name):
     assert new_paths, "the new variable got no slot"
     for path in new_paths:
         assert belongs_to(path, "c"), path
-        expected = fresh_state[path.replace(optimizer.name, fresh.name, 1)] if not name == "LossScale" else fresh_state[path.replace("adam/", fresh.inner_optimizer.name + "/", 1)]
+        if name == "LossScale":  # The slots are the inner optimizer's.
+            expected = fresh_state[path.replace("adam/", fresh.inner_optimizer.name + "/", 1)]
+        else:
+            expected = fresh_state[path.replace(optimizer.name, fresh.name, 1)]
         if path.endswith("average"):
             expected = [c.numpy()]  # An EMA average starts at the variable's value.
         for new, value in zip(after[path], expected):
