@@ -65,16 +65,7 @@ class TfmotRun(_Run):
 
         self.api = tfmot.sparsity.keras
         super().__init__(config, scenario, seed, data)
-        tf_keras.backend.clear_session()
-        tf_keras.utils.set_random_seed(seed)
-        sizes = task.layer_sizes(config, data)
-        layers = [
-            tf_keras.layers.Dense(units, activation="relu" if i < len(sizes) - 2 else None)
-            for i, units in enumerate(sizes[1:])
-        ]
-        model = tf_keras.Sequential([tf_keras.Input((sizes[0],))] + layers)
-        for layer, (kernel, bias) in zip(layers, task.initial_weights(config, data, seed)):
-            layer.set_weights([kernel, bias])
+        model, _ = task.build_mlp(tf_keras, config, data, seed)
         self.model = self.api.prune_low_magnitude(
             model,
             pruning_schedule=self.make_schedule(),
@@ -122,16 +113,7 @@ class MaskfitRun(_Run):
         from maskfit import model as model_lib
 
         super().__init__(config, scenario, seed, data)
-        keras.backend.clear_session()
-        keras.utils.set_random_seed(seed)
-        sizes = task.layer_sizes(config, data)
-        layers = [
-            keras.layers.Dense(units, activation="relu" if i < len(sizes) - 2 else None)
-            for i, units in enumerate(sizes[1:])
-        ]
-        model = keras.Sequential([keras.Input((sizes[0],))] + layers)
-        for layer, (kernel, bias) in zip(layers, task.initial_weights(config, data, seed)):
-            layer.set_weights([kernel, bias])
+        model, layers = task.build_mlp(keras, config, data, seed)
         self.model = model
         if self.prune:
             self.model = pruning.prune_low_magnitude(

@@ -92,6 +92,25 @@ def initial_weights(config, data, seed):
     return weights
 
 
+def build_mlp(keras_module, config, data, seed):
+    """Returns `(model, layers)`: the task's Sequential MLP in `keras_module`.
+
+    `keras_module` is Keras 3 (`keras`) or TF-MOT's `tf_keras`; the Dense
+    layers start from `initial_weights`, the same in both.
+    """
+    keras_module.backend.clear_session()
+    keras_module.utils.set_random_seed(seed)
+    sizes = layer_sizes(config, data)
+    layers = [
+        keras_module.layers.Dense(units, activation="relu" if i < len(sizes) - 2 else None)
+        for i, units in enumerate(sizes[1:])
+    ]
+    model = keras_module.Sequential([keras_module.Input((sizes[0],))] + layers)
+    for layer, (kernel, bias) in zip(layers, initial_weights(config, data, seed)):
+        layer.set_weights([kernel, bias])
+    return model, layers
+
+
 def steps_per_epoch(config, data):
     return -(-len(data.x_train) // config.batch_size)
 

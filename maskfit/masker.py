@@ -90,6 +90,14 @@ def _as_state(values, dtype):
     return tf.constant(values, dtype)
 
 
+# Compiling the masked update with XLA in a graph-mode step pays when the
+# update is memory-bound: below this many entries in the masked variables that
+# learn, the XLA call's own cost (about 0.5 ms a step on a 2-core CPU) is more
+# than the snapshot copy and select it saves (about 1.4 ms per million guarded
+# entries under AdamW); docs/performance.md has the measurements.
+FUSE_MIN_ENTRIES = 1 << 19
+
+
 class _SlotState:
     """The variables behind one `MaskSlot`: the mask in force, and its schedule.
 
@@ -463,6 +471,19 @@ class GradientMasker:
                     gradients[index], self._variable_mask(index)
                 )
         return gradients
+
+    def fusing_pays(self, variables=None):
+        """Whether the masked variables that learn are large enough to `apply` fused.
+
+        At least `FUSE_MIN_ENTRIES` entries in all; see `apply`'s `fuse`.
+        """
+        variables = self._variables if variables is None else list(variables)
+        entries = sum(
+            int(np.prod(variables[i].shape))
+            for i in self._by_index
+            if i not in self.plan.frozen
+        )
+        return entries >= FUSE_MIN_ENTRIES
 
     def apply(
         self,

@@ -82,7 +82,8 @@ class _MaskedTraining:
                     object.__setattr__(self, _RETRACE_ATTR, True)
             # Fully frozen variables get no gradient and no update at all.
             gradients = masker.spread(tape.gradient(loss, masker.active(variables)))
-            fuse, untouched = self._fuses_update(), self._masks_untouched()
+            fuse = self._fuses_update() and masker.fusing_pays(variables)
+            untouched = self._masks_untouched()
             if not (fuse and untouched):
                 gradients = self.apply_grad_masks(gradients, variables)
             masker.apply(
@@ -204,7 +205,12 @@ class _MaskedTraining:
         return [v for v in every if id(v) in kept]
 
     def _fuses_update(self):
-        """Whether the masked update is compiled with XLA inside a graph-mode step."""
+        """Whether the masked update may be compiled with XLA inside the step.
+
+        In a graph-mode step without a distribution strategy; the masker
+        then fuses it when its masked variables are large enough to pay
+        (`GradientMasker.fusing_pays`).
+        """
         return (
             not self.run_eagerly
             and not self.jit_compile

@@ -1,4 +1,4 @@
-"""Shared test set-up: quiet TensorFlow, the three execution modes, fresh seeds."""
+"""Shared test set-up: quiet TensorFlow, the execution modes, fresh seeds."""
 
 import os
 
@@ -7,17 +7,34 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+from maskfit import masker as masker_lib  # noqa: E402
+
 # The three ways Keras runs a step; tests that promise exactness run in all.
 MODES = {
     "eager": dict(run_eagerly=True),
     "graph": dict(),
     "jit": dict(jit_compile=True),
 }
+# A graph-mode step whose masked update is compiled with XLA. maskfit does that
+# only for large variables (masker.FUSE_MIN_ENTRIES), which no test model has:
+# a module that sets `FUSED_TOO = True` also runs its `mode` tests this way.
+FUSED = "graph_fused"
 
 
-@pytest.fixture(params=sorted(MODES))
-def mode(request):
-    """Compile kwargs for eager, graph and jit execution."""
+def pytest_generate_tests(metafunc):
+    if "mode" in metafunc.fixturenames:
+        names = sorted(MODES)
+        if getattr(metafunc.module, "FUSED_TOO", False):
+            names.append(FUSED)
+        metafunc.parametrize("mode", names, indirect=True)
+
+
+@pytest.fixture
+def mode(request, monkeypatch):
+    """Compile kwargs for eager, graph and jit execution (and graph, fused)."""
+    if request.param == FUSED:
+        monkeypatch.setattr(masker_lib, "FUSE_MIN_ENTRIES", 0)
+        return dict(MODES["graph"])
     return MODES[request.param]
 
 

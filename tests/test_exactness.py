@@ -11,6 +11,9 @@ from hypothesis import given, settings, strategies as st
 import maskfit
 from keras_versions import param_if_shipped
 
+# Graph-mode tests also run with the masked update compiled by XLA (conftest).
+FUSED_TOO = True
+
 # Every optimizer Keras ships, with a learning rate that moves a tiny model.
 OPTIMIZERS = {
     "SGD": lambda **kw: keras.optimizers.SGD(0.1, **kw),

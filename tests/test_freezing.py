@@ -9,6 +9,9 @@ import pytest
 import maskfit
 from maskfit import optimizer_slots
 
+# Graph-mode tests also run with the masked update compiled by XLA (conftest).
+FUSED_TOO = True
+
 
 def mlp(model_cls=maskfit.MaskedModel, seed=3):
     keras.utils.set_random_seed(seed)
