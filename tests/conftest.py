@@ -21,8 +21,19 @@ MODES = {
 FUSED = "graph_fused"
 
 
+def _parametrized_directly(metafunc, name):
+    """Whether the test's own `parametrize` marks give argument `name`."""
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0]
+        if isinstance(names, str):
+            names = [part.strip() for part in names.split(",")]
+        if name in names:
+            return True
+    return False
+
+
 def pytest_generate_tests(metafunc):
-    if "mode" in metafunc.fixturenames:
+    if "mode" in metafunc.fixturenames and not _parametrized_directly(metafunc, "mode"):
         names = sorted(MODES)
         if getattr(metafunc.module, "FUSED_TOO", False):
             names.append(FUSED)
