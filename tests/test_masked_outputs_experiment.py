@@ -3,16 +3,14 @@
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 
 import keras
 import pytest
 
+import cli
+
 from experiments.masked_outputs_lib import Config
 from experiments.masked_outputs_lib import run
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # How closely two computations of the same prediction agree (the one recorded
 # inside the compiled loop, and `model(x)` afterwards): different kernels, so
@@ -125,28 +123,30 @@ def test_invalid_config_is_rejected_before_writing(tmp_path, change):
     assert not workdir.exists()
 
 
-@pytest.mark.parametrize(
-    "flag, message",
-    [
-        ("--steps=0", "steps must be a positive integer"),
-        ("--optimizer=adamm", "known ones are"),
-        ("--targets=1", "targets must have 2 values"),
-        ("--precision=float16", "value should be one of"),
-        ("--strategy=mirrored --jit_compile", "Pass --nojit_compile."),
-    ],
-)
-def test_bad_flag_is_a_usage_error(tmp_path, flag, message):
-    workdir = tmp_path / "run"
-    command = [sys.executable, "-m", "experiments.masked_outputs", *flag.split()]
-    env = {**os.environ, "PYTHONPATH": _ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    result = subprocess.run(
-        command + [f"--workdir={workdir}"],
-        cwd=_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode != 0
-    assert message in result.stderr + result.stdout
-    assert not workdir.exists()
+_BAD_FLAGS = [
+    ("--steps=0", "steps must be a positive integer"),
+    ("--optimizer=adamm", "known ones are"),
+    ("--targets=1", "targets must have 2 values"),
+    ("--precision=float16", "value should be one of"),
+    ("--strategy=mirrored --jit_compile", "Pass --nojit_compile."),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_flag_runs(tmp_path_factory):
+    """`(base, outcomes)`: the command line run once per bad flag, in one process."""
+    base = tmp_path_factory.mktemp("bad_flags")
+    argvs = [
+        ["masked_outputs", *flag.split(), f"--workdir={base / str(i)}"]
+        for i, (flag, _) in enumerate(_BAD_FLAGS)
+    ]
+    return base, cli.outcomes("experiments.masked_outputs", argvs)
+
+
+@pytest.mark.parametrize("index", range(len(_BAD_FLAGS)), ids=[f for f, _ in _BAD_FLAGS])
+def test_bad_flag_is_a_usage_error(bad_flag_runs, index):
+    base, outcomes = bad_flag_runs
+    _, message = _BAD_FLAGS[index]
+    assert outcomes[index]["code"] != 0
+    assert message in outcomes[index]["output"]
+    assert not (base / str(index)).exists()
