@@ -17,8 +17,15 @@ MODES = {
 }
 # A graph-mode step whose masked update is compiled with XLA. maskfit does that
 # only for large variables (masker.FUSE_MIN_ENTRIES), which no test model has:
-# a module that sets `FUSED_TOO = True` also runs its `mode` tests this way.
+# a test marked `fused_too` (or a module with `pytestmark = pytest.mark.fused_too`)
+# also runs with `mode` set this way.
 FUSED = "graph_fused"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "fused_too: also run the `mode` test in graph mode with a fused update"
+    )
 
 
 def _parametrized_directly(metafunc, name):
@@ -35,7 +42,7 @@ def _parametrized_directly(metafunc, name):
 def pytest_generate_tests(metafunc):
     if "mode" in metafunc.fixturenames and not _parametrized_directly(metafunc, "mode"):
         names = sorted(MODES)
-        if getattr(metafunc.module, "FUSED_TOO", False):
+        if metafunc.definition.get_closest_marker("fused_too") is not None:
             names.append(FUSED)
         metafunc.parametrize("mode", names, indirect=True)
 

@@ -11,9 +11,6 @@ from hypothesis import given, settings, strategies as st
 import maskfit
 from keras_versions import param_if_shipped
 
-# Graph-mode tests also run with the masked update compiled by XLA (conftest).
-FUSED_TOO = True
-
 # Every optimizer Keras ships, with a learning rate that moves a tiny model.
 OPTIMIZERS = {
     "SGD": lambda **kw: keras.optimizers.SGD(0.1, **kw),
@@ -112,6 +109,7 @@ def train_and_check(optimizer, mode, constraint=None, model_cls=None):
     return model
 
 
+@pytest.mark.fused_too  # also with the masked update compiled by XLA
 @pytest.mark.parametrize("name", [param_if_shipped(name) for name in sorted(OPTIMIZERS)])
 def test_frozen_entries_hold_for_every_optimizer_with_every_setting(name, mode):
     train_and_check(OPTIMIZERS[name](**KITCHEN_SINK), mode)
@@ -123,6 +121,7 @@ def test_frozen_entries_hold_under_each_setting(name, setting, mode):
     train_and_check(OPTIMIZERS[name](**SETTINGS[setting]), mode)
 
 
+@pytest.mark.fused_too  # also with the masked update compiled by XLA
 def test_frozen_entries_hold_under_variable_constraints(mode):
     train_and_check(
         OPTIMIZERS["Adam"](), mode, constraint=keras.constraints.MaxNorm(0.5)
@@ -150,6 +149,7 @@ class NaNInFrozenEntries(maskfit.MaskedModel):
         return super().apply_grad_masks(poisoned, variables)
 
 
+@pytest.mark.fused_too  # also with the masked update compiled by XLA
 @pytest.mark.parametrize("name", ["SGD", "Adam"])
 def test_nan_and_inf_in_frozen_gradients_never_reach_the_weights(name, mode):
     model = train_and_check(OPTIMIZERS[name](), mode, model_cls=NaNInFrozenEntries)
@@ -185,6 +185,7 @@ def test_frozen_entries_do_not_inflate_the_global_norm():
     np.testing.assert_array_equal(head.kernel.numpy()[:, 1], kernel0[:, 1])
 
 
+@pytest.mark.fused_too  # also with the masked update compiled by XLA
 def test_backprop_gate_blocks_what_frozen_units_send_upstream(mode):
     """With backprop=True, upstream layers learn only from unfrozen units."""
 

@@ -10,7 +10,7 @@ import maskfit
 from maskfit import optimizer_slots
 
 # Graph-mode tests also run with the masked update compiled by XLA (conftest).
-FUSED_TOO = True
+pytestmark = pytest.mark.fused_too
 
 
 def mlp(model_cls=maskfit.MaskedModel, seed=3):

@@ -14,7 +14,7 @@ from maskfit import model as model_lib
 from maskfit import pruning
 
 # Graph-mode tests also run with the masked update compiled by XLA (conftest).
-FUSED_TOO = True
+pytestmark = pytest.mark.fused_too
 
 # Prunes in steps 2, 4 and 6 (the n-th batch is step n), to 0.8 from step 6.
 SCHEDULE = dict(initial_sparsity=0.0, final_sparsity=0.8, begin_step=0, end_step=6)
