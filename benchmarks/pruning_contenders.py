@@ -71,11 +71,7 @@ class TfmotRun(_Run):
             pruning_schedule=self.make_schedule(),
             sparsity_m_by_n=scenario["sparsity_m_by_n"],
         )
-        self.model.compile(
-            optimizer=tf_keras.optimizers.Adam(learning_rate=config.learning_rate),
-            loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            jit_compile=config.jit_compile,
-        )
+        self.model.compile(**task.compile_arguments(tf_keras, config))
         # The pruning wrappers (TF-MOT does not export their class): one kernel each.
         wrappers = [l for l in self.model.layers if hasattr(l, "pruning_vars")]
         masks = [w.pruning_vars[0][1] for w in wrappers]
@@ -121,11 +117,7 @@ class MaskfitRun(_Run):
                 pruning_schedule=self.make_schedule(),
                 sparsity_m_by_n=scenario["sparsity_m_by_n"],
             )
-        self.model.compile(
-            optimizer=keras.optimizers.Adam(learning_rate=config.learning_rate),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            jit_compile=config.jit_compile,
-        )
+        self.model.compile(**task.compile_arguments(keras, config))
         variables = model_lib.all_trainable_variables(self.model)
         positions = [
             next(i for i, v in enumerate(variables) if v is layer.kernel)

@@ -111,6 +111,15 @@ def build_mlp(keras_module, config, data, seed):
     return model, layers
 
 
+def compile_arguments(keras_module, config):
+    """The arguments of `compile` for either contender: Adam, the loss, XLA or not."""
+    return dict(
+        optimizer=keras_module.optimizers.Adam(learning_rate=config.learning_rate),
+        loss=keras_module.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=config.jit_compile,
+    )
+
+
 def steps_per_epoch(config, data):
     return -(-len(data.x_train) // config.batch_size)
 

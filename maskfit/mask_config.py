@@ -8,7 +8,7 @@ from maskfit import declare
 from maskfit import internals
 from maskfit import specs
 
-__all__ = ["layer_paths", "masks_to_config", "masks_from_config"]
+__all__ = ["layer_at", "layer_paths", "masks_to_config", "masks_from_config"]
 
 
 def layer_paths(model):
@@ -28,6 +28,25 @@ def layer_paths(model):
 
     walk(model, "")
     return paths
+
+
+def layer_at(model, layers, path, what):
+    """Returns `layers[path]`, for `layers` from `layer_paths(model)`.
+
+    Raises:
+      ValueError: naming the path, the closest one and every layer's, when
+        the saved `what` (e.g. "gradient masks") name a layer `model` lacks.
+    """
+    layer = layers.get(path)
+    if layer is None:
+        close = difflib.get_close_matches(path, list(layers), n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ValueError(
+            f"The saved {what} name layer '{path}', which model"
+            f" '{model.name}' does not have.{hint} Its layers are"
+            f" {sorted(layers)}."
+        )
+    return layer
 
 
 def masks_to_config(model):
@@ -52,15 +71,7 @@ def masks_from_config(model, config):
     layers = layer_paths(model)
     checked = []
     for path, serialized in config.items():
-        layer = layers.get(path)
-        if layer is None:
-            close = difflib.get_close_matches(path, list(layers), n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise ValueError(
-                f"The saved gradient masks name layer '{path}', which model"
-                f" '{model.name}' does not have.{hint} Its layers are"
-                f" {sorted(layers)}."
-            )
+        layer = layer_at(model, layers, path, "gradient masks")
         try:
             spec = keras.saving.deserialize_keras_object(serialized)
             spec = specs.as_grad_mask_spec(spec, f"The saved mask of layer '{path}'")

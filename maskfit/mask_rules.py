@@ -22,7 +22,6 @@ and loading a `MaskedModel` keeps them; the keep masks go into its weights.
 
 import abc
 import collections
-import difflib
 import itertools
 
 import keras
@@ -30,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import internals
+from maskfit import mask_config
 
 __all__ = [
     "MaskRule",
@@ -202,15 +202,11 @@ def rules_from_config(model, config, layer_paths):
     """
     checked = []
     for path, serialized in config.items():
-        layer = model if path == "" else layer_paths.get(path)
-        if layer is None:
-            close = difflib.get_close_matches(path, list(layer_paths), n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise ValueError(
-                f"The saved mask rules name layer '{path}', which model"
-                f" '{model.name}' does not have.{hint} Its layers are"
-                f" {sorted(layer_paths)}."
-            )
+        layer = (
+            model
+            if path == ""
+            else mask_config.layer_at(model, layer_paths, path, "mask rules")
+        )
         rule = keras.saving.deserialize_keras_object(serialized)
         if not isinstance(rule, MaskRule):
             raise ValueError(
