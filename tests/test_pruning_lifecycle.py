@@ -200,3 +200,20 @@ def test_pruning_callbacks_refuse_a_plain_model_that_would_not_prune(tmp_path):
         pruning.PruningSummaries(str(tmp_path), update_freq=0)
     with pytest.raises(TypeError, match="keras.callbacks.TensorBoard"):
         pruning.PruningSummaries(str(tmp_path), histogram_freq=1)
+
+
+def test_saved_rules_naming_a_missing_layer_fail_whole_with_the_closest_name():
+    inputs = keras.Input((3,))
+    body = keras.layers.Dense(4, name="body")
+    model = maskfit.MaskedModel(inputs, keras.layers.Dense(2)(body(inputs)))
+    pruning.prune_low_magnitude(
+        body, pruning_schedule=pruning.ConstantSparsity(0.5, 0, frequency=2)
+    )
+    config = keras.saving.serialize_keras_object(model)
+    rules = config["config"]["mask_rules"]
+    assert list(rules) == ["body"]
+    rules["bdy"] = rules.pop("body")
+    with pytest.raises(
+        ValueError, match=r"saved mask rules name layer 'bdy'.*Did you mean 'body'"
+    ):
+        keras.saving.deserialize_keras_object(config)
