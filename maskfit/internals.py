@@ -104,6 +104,13 @@ PRIVATE_MEMBERS = (
         " tracked, as the stock train_step does.",
     ),
     (
+        "tensorflow.python.ops.control_flow_util",
+        "GraphOrParentsInXlaContext",
+        "whether ops are being traced for XLA (`jit_compile=True`), where"
+        " `top_k` needs a static k: magnitude pruning then sorts every entry,"
+        " and takes only the kept ones otherwise; no public API tells.",
+    ),
+    (
         "keras.src.layers.rnn.conv_lstm",
         "ConvLSTMCell",
         "the class of `ConvLSTM1D/2D/3D(...).cell`, which Keras does not"
@@ -257,6 +264,13 @@ def reset_optimizer(optimizer):
         each._trainable_variables = []
         each._trainable_variables_indices = {}
         each.built = False
+
+
+def tracing_for_xla():
+    """Whether the ops made now will be compiled with XLA (`jit_compile=True`)."""
+    graph = tf.compat.v1.get_default_graph()
+    util = _module("tensorflow.python.ops.control_flow_util")
+    return util.GraphOrParentsInXlaContext(graph)
 
 
 def conv_lstm_cell_class():

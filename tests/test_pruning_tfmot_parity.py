@@ -6,10 +6,12 @@ masks must be identical, not close.
 
 import os
 
+import hypothesis
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import strategies as st
 
 from maskfit import pruning
 
@@ -155,13 +157,35 @@ def _weights(shape, seed, ties):
     return np.round(values * 2) / 2 if ties else values
 
 
+# Around 2/3 maskfit switches from TF-MOT's full sort to a partial one.
+_SPARSITIES = (0.0, 0.3, 0.5, 0.6, 0.66, 0.67, 0.7, 0.9, 0.999)
+
+
 @pytest.mark.parametrize("shape", [(64, 30), (7, 5), (3, 3, 8, 16), (10,)])
 def test_unstructured_masks_equal_tfmots(shape):
     both = _mask_functions(shape)
-    for seed, sparsity in enumerate((0.0, 0.3, 0.5, 0.9, 0.999)):
+    for seed, sparsity in enumerate(_SPARSITIES):
         for ties in (False, True):
             ours, theirs = both(_weights(shape, seed, ties), sparsity)
             np.testing.assert_array_equal(ours, theirs)
+
+
+_many_ties = _mask_functions((40, 25))
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(
+    seed=st.integers(0, 2**31 - 1),
+    levels=st.integers(1, 50),
+    sparsity=st.integers(0, 999).map(lambda n: n / 1000),
+)
+def test_masks_equal_tfmots_whatever_the_ties_and_the_sparsity(seed, levels, sparsity):
+    # Few magnitude levels: many entries tie with the threshold, on either
+    # side of the sort's cut-off.
+    rng = np.random.RandomState(seed)
+    values = (rng.randint(0, levels, (40, 25)) * rng.choice([-1, 1], (40, 25)))
+    ours, theirs = _many_ties(values.astype(np.float32) / levels, sparsity)
+    np.testing.assert_array_equal(ours, theirs)
 
 
 @pytest.mark.parametrize(

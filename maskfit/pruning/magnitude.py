@@ -5,6 +5,8 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
+from maskfit import internals
+
 __all__ = ["kept_count", "magnitude_mask"]
 
 _POOLING_TYPES = ("AVG", "MAX")
@@ -20,9 +22,10 @@ def magnitude_mask(
 ):
     """Returns the 0/1 mask that keeps the largest-magnitude entries of `weights`.
 
-    TF-MOT's `pruning_impl.Pruning` mask, op for op, so the same weights give
-    the same mask (graph mode: bit for bit). Plain TensorFlow ops: call it
-    eagerly, in a `tf.function` or under `jit_compile=True`.
+    TF-MOT's `pruning_impl.Pruning` mask: the same weights give the same mask,
+    bit for bit (TF-MOT's ops, but for a partial sort when few entries are
+    kept). Plain TensorFlow ops: call it eagerly, in a `tf.function` or under
+    `jit_compile=True`.
 
     - Unstructured (default): keeps `k = max(round(size * (1 - sparsity)), 1)`
       entries (round half to even, in float32); the threshold is the k-th
@@ -127,7 +130,11 @@ def kept_count(size, sparsity):
 
 
 def _keep_largest(abs_weights, sparsity):
-    """TF-MOT's `Pruning._update_mask`: a bool mask of the k largest, ties kept."""
+    """TF-MOT's `Pruning._update_mask`: a bool mask of the k largest, ties kept.
+
+    TF-MOT sorts every entry; outside XLA this sorts only the k kept when
+    they are a third or less (the same threshold and the same entry at it).
+    """
     size = tf.size(abs_weights)
     k = tf.dtypes.cast(
         tf.math.maximum(
@@ -135,7 +142,19 @@ def _keep_largest(abs_weights, sparsity):
         ),
         tf.int32,
     )
-    values, indices = tf.math.top_k(tf.reshape(abs_weights, [-1]), k=size)
+    flat = tf.reshape(abs_weights, [-1])
+    if internals.tracing_for_xla():
+        # XLA needs a static k.
+        values, indices = tf.math.top_k(flat, k=size)
+    else:
+        # top_k orders ties by index in both, so the k-th entry is the full
+        # sort's; taking only the kept ones costs a fraction of the sort when
+        # a third or less are kept, and more than it above that.
+        values, indices = tf.cond(
+            3 * k <= size,
+            lambda: tf.math.top_k(flat, k=k),
+            lambda: tf.math.top_k(flat, k=size),
+        )
     threshold = tf.gather(values, k - 1)
     threshold_position = tf.gather(indices, k - 1)
     # The entry at the threshold is kept even when a comparison with it fails.
