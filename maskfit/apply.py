@@ -321,7 +321,7 @@ class _Plan:
         with tf.init_scope():
             self.masker.update()
         if self.masker.scheduled:
-            self.masker.begin_step(optimizer.iterations)
+            self.masker.begin_step(optimizer.iterations, optimizer)
         grads = self.masker.mask_gradients(grads)
         idle = [v for v, g in zip(self.variables, grads) if g is None]
         idle += self.untouched

@@ -88,6 +88,16 @@ class MaskRule(abc.ABC):
             returns, and should count as kept.
         """
 
+    def last_update_step(self):
+        """The last optimizer step in which `should_update` may be True; None if unbounded.
+
+        Up to it the training step checks `should_update` in every step; once
+        training is past it, the step is traced once more without the check,
+        so that a rule that no longer updates costs nothing (its keep masks
+        still apply). None, the default, keeps the check in every step.
+        """
+        return None
+
     @abc.abstractmethod
     def get_config(self):
         """Returns the constructor's arguments as plain Python data."""
@@ -279,12 +289,13 @@ class RuleState:
                 keep.assign(np.asarray(value, bool))
         return rest
 
-    def apply(self, step, variables, frozen, declared):
+    def apply(self, step, variables, frozen, declared, state=None):
         """In the step: runs each rule that updates at optimizer `step` (traced once).
 
         A rule that updates gets new keep masks for its variables, and the
-        weights it drops are set to +0.0. Under a distribution strategy this
-        runs in cross-replica context, and each replica computes the same mask.
+        weights it drops are set to +0.0, with the optimizer state listed for
+        them in `state`. Under a distribution strategy this runs in
+        cross-replica context, and each replica computes the same mask.
 
         Args:
           step: the optimizer's `iterations` (a variable or tensor).
@@ -293,7 +304,11 @@ class RuleState:
           declared: `{position: (current, frozen_where)}` for variables with a
             declared mask: its state variable, and a function of its value
             that says where it freezes an entry (those are never dropped).
+          state: `{position: [variables of its shape]}`, the optimizer state
+            whose dropped entries are set to 0 with the weights
+            (`maskfit.dropped_entries`); none by default.
         """
+        state = state or {}
         groups = [
             (group.rule, [i for i in group.indices if i not in frozen])
             for group in self.groups
@@ -310,7 +325,13 @@ class RuleState:
                 def update(rule=rule, indices=indices):
                     ops = [
                         self._update_one(
-                            distribution, rule, current_step, variables[i], i, declared.get(i)
+                            distribution,
+                            rule,
+                            current_step,
+                            variables[i],
+                            i,
+                            declared.get(i),
+                            state.get(i, ()),
                         )
                         for i in indices
                     ]
@@ -323,8 +344,8 @@ class RuleState:
 
         internals.merge_call(apply_all, tf.distribute.get_strategy())
 
-    def _update_one(self, distribution, rule, step, variable, index, declared):
-        """New keep mask for one variable; the weights it drops set to +0.0."""
+    def _update_one(self, distribution, rule, step, variable, index, declared, state):
+        """New keep mask for one variable; the weights it drops (and `state`) set to +0.0."""
         keep_variable = self.keeps[index]
         current = () if declared is None else (declared[0],)
 
@@ -349,8 +370,12 @@ class RuleState:
         assigned = distribution.extended.update(
             keep_variable, new_keep, args=(variable,) + current, group=False
         )
+        dropped = []
         with tf.control_dependencies(tf.nest.flatten(assigned)):
-            dropped = distribution.extended.update(
-                variable, drop, args=(keep_variable,), group=False
-            )
+            for target in (variable,) + tuple(state):
+                dropped.append(
+                    distribution.extended.update(
+                        target, drop, args=(keep_variable,), group=False
+                    )
+                )
         return tf.group(tf.nest.flatten(dropped))

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import declare
+from maskfit import dropped_entries
 from maskfit import internals
 from maskfit import mask_rules
 from maskfit import plan
@@ -245,6 +246,7 @@ class GradientMasker:
         self._by_index = {}  # variable position -> _VariableMasks
         self._needs = {}  # variable position -> step_plan.VariableNeeds
         self._rules = mask_rules.RuleState()  # the rules' keep masks
+        self._rules_live = False  # whether the planned step applies the rules
         self._version = None
         self.plan = None
         self.update()
@@ -292,15 +294,37 @@ class GradientMasker:
         return until is None or step + self._span <= until
 
     def replan(self, step, span=None):
-        """Plans the step from optimizer `step`; True if it must be traced again."""
+        """Plans the step from optimizer `step`; True if it must be traced again.
+
+        Rules are applied in the planned step unless all of them are past
+        their `last_update_step` at `step`.
+        """
         if span is not None:
             self._span = span
+        end = self._last_rule_update()
+        live = bool(self._rules.groups) and (end is None or step <= end)
+        changed = live != self._rules_live
+        self._rules_live = live
         new = self._plan_at(step)
         if self.plan is not None and self.plan.covers(new):
             self.plan = self.plan._replace(valid_until=new.valid_until)
-            return False
+            return changed
         self.plan = new
         return True
+
+    def _last_rule_update(self):
+        """The last step in which a rule may update; None if one has no end."""
+        ends = [group.rule.last_update_step() for group in self._rules.groups]
+        return None if None in ends else max(ends, default=-1)
+
+    @property
+    def rules_end(self):
+        """The last step in which the planned step's rules may update, or None.
+
+        None when the planned step applies no rules, or one has no end. Once
+        training is past it, `replan` drops the rules' check from the step.
+        """
+        return self._last_rule_update() if self._rules_live else None
 
     def _plan_at(self, step):
         needs = self._needs if self._skip_frozen else {
@@ -311,7 +335,7 @@ class GradientMasker:
     @property
     def scheduled(self):
         """Whether `begin_step` does work: a mask follows a schedule, or a rule applies."""
-        return bool(self._rules.groups) or any(
+        return self._rules_live or any(
             s is not None and s.table is not None for s in self._states.values()
         )
 
@@ -431,26 +455,35 @@ class GradientMasker:
         self._version = version
         return self.replan(step) or retrace
 
-    def begin_step(self, step):
+    def begin_step(self, step, optimizer):
         """Selects every scheduled mask, then applies the rules, for optimizer `step`.
 
         Traced once. A rule that updates in this step gets new keep masks,
-        and the weights it drops are set to +0.0 before the forward pass.
+        and the weights it drops are set to +0.0 before the forward pass;
+        where `optimizer` keeps such entries at 0 by itself
+        (`dropped_entries`), so is their state in it, and `apply` leaves them
+        alone.
         """
         for state in self._states.values():
             if state is not None and state.table is not None:
                 state.select(step)
-        if self._rules.groups:
+        if self._rules_live:
             declared = {
                 i: (masks.state.current, masks.frozen_where)
                 for i, masks in self._by_index.items()
                 if masks.state is not None
+            }
+            state = {
+                i: [variable_handle(v) for v in dropped_entries.state_of(optimizer, variable)]
+                for i, variable in enumerate(self._variables)
+                if i in self._rules.keeps and _zeroes_state(optimizer, variable)
             }
             self._rules.apply(
                 step,
                 [variable_handle(v) for v in self._variables],
                 self.plan.frozen,
                 declared,
+                state,
             )
 
     def mask_gradients(self, gradients):
@@ -530,7 +563,13 @@ class GradientMasker:
                 )
             )
             dynamic = masked and mode == step_plan.SOMETIMES and not (static or fuse)
-            if restore or masks.keep is not None:
+            # A rule's dropped entries stay 0 by themselves under the
+            # optimizers of `dropped_entries` (begin_step zeroed their state),
+            # if the gradients are masked as planned.
+            zeroes = masks.keep is not None and not (
+                masked and _zeroes_state(optimizer, variables[i])
+            )
+            if restore or zeroes:
                 guarded.append((i, dynamic and restore, restore))
 
         def update(gradients):
@@ -622,6 +661,18 @@ class GradientMasker:
                         )
 
         internals.merge_call(restore_all, tf.distribute.get_strategy(), snapshots)
+
+
+def _zeroes_state(optimizer, variable):
+    """Whether a rule's dropped entries of `variable` get their optimizer state
+    zeroed when dropped, and nothing after each update (`dropped_entries`).
+
+    Not under XLA: there the zeroing after the update fuses into it, while
+    optimizer state in the rule's conditional costs a copy in every step.
+    """
+    return dropped_entries.keeps_dropped_entries_at_zero(
+        optimizer, variable
+    ) and not internals.tracing_for_xla()
 
 
 def _needs(slot, i):
