@@ -47,11 +47,15 @@ def moves_zero_gradient_entries(optimizer, variable):
 def _where_masked(gradient, mask):
     # One kernel, not three (compare, multiply, select): `multiply_no_nan`
     # gives +0 wherever the mask is 0, even for a NaN or Inf gradient, and
-    # `gradient * mask` elsewhere. In graph mode this halves the masking cost
-    # per entry; XLA fuses either form. A 0/1 mask kept as bool selects.
-    if mask.dtype == tf.bool:
-        return tf.where(mask, gradient, tf.zeros([], gradient.dtype))
+    # `gradient * mask` elsewhere (the gradient itself where a bool mask is
+    # True). In graph mode this halves the masking cost per entry, and a bool
+    # mask cast to 0/1 costs about half a select; XLA fuses either form.
     return tf.math.multiply_no_nan(gradient, tf.cast(mask, gradient.dtype))
+
+
+def _zero_where_dropped(value, keep):
+    """`value` with +0.0 wherever bool `keep` is False (also for a NaN or Inf there)."""
+    return tf.math.multiply_no_nan(value, tf.cast(keep, value.dtype))
 
 
 def _is_frozen(mask):
@@ -641,8 +645,7 @@ class GradientMasker:
                             frozen = _is_frozen(entry.declared(current))
                             value = tf.where(frozen, tf.reshape(kept, tf.shape(value)), value)
                         if entry.keep is not None:
-                            keep = tf.convert_to_tensor(values[-1])
-                            value = tf.where(keep, value, tf.zeros([], value.dtype))
+                            value = _zero_where_dropped(value, values[-1])
                         return target.assign(value)
 
                     if needed is None:
