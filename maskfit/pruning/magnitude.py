@@ -24,8 +24,8 @@ def magnitude_mask(
 
     TF-MOT's `pruning_impl.Pruning` mask: the same weights give the same mask,
     bit for bit (TF-MOT's ops, but for a partial sort when few entries are
-    kept). Plain TensorFlow ops: call it eagerly, in a `tf.function` or under
-    `jit_compile=True`.
+    kept; weights with a NaN aside, which no sort orders). Plain TensorFlow
+    ops: call it eagerly, in a `tf.function` or under `jit_compile=True`.
 
     - Unstructured (default): keeps `k = max(round(size * (1 - sparsity)), 1)`
       entries (round half to even, in float32); the threshold is the k-th
