@@ -141,11 +141,15 @@ def paired_step_time(runs, contender="maskfit", baseline="tfmot"):
     The two trained the same epoch of the same seed one right after the
     other, so each ratio compares them under about the same machine load;
     the ratio of process CPU times is a second view, less swayed by other
-    processes. First epochs (tracing) are left out. Returns `{scenario:
-    {"median", "p10", "p90", "cpu_median", "cpu_p10", "cpu_p90", "epochs"}}`,
-    empty without both contenders.
+    processes. First epochs (tracing) are left out. `total` (and `cpu_total`)
+    is the ratio of the sums of those epochs over every seed: it counts what
+    a median of ratios can leave out, such as a retrace in a later epoch.
+    Returns `{scenario: {"median", "p10", "p90", "total", "cpu_median",
+    "cpu_p10", "cpu_p90", "cpu_total", "epochs"}}`, empty without both
+    contenders.
     """
     ratios = {}
+    sums = {}
     for r in runs:
         if r["contender"] != contender:
             continue
@@ -162,14 +166,22 @@ def paired_step_time(runs, contender="maskfit", baseline="tfmot"):
             continue
         wall, cpu = ratios.setdefault(r["scenario"], ([], []))
         for key, values in (("epoch_seconds", wall), ("epoch_cpu_seconds", cpu)):
-            pairs = zip(r[key][1:], other[key][1:])
+            pairs = list(zip(r[key][1:], other[key][1:]))
             values.extend(a / b for a, b in pairs if b > 0)
+            total = sums.setdefault((r["scenario"], key), [0.0, 0.0])
+            total[0] += sum(a for a, _ in pairs)
+            total[1] += sum(b for _, b in pairs)
     summary = {}
     for scenario, (wall, cpu) in ratios.items():
         if not wall or not cpu:
             continue
         summary[scenario] = {"epochs": len(wall)}
-        for prefix, values in (("", wall), ("cpu_", cpu)):
+        for prefix, values, key in (
+            ("", wall, "epoch_seconds"),
+            ("cpu_", cpu, "epoch_cpu_seconds"),
+        ):
+            mine, theirs = sums[(scenario, key)]
+            summary[scenario][prefix + "total"] = mine / theirs if theirs > 0 else float("nan")
             summary[scenario][prefix + "median"] = float(np.median(values))
             summary[scenario][prefix + "p10"] = float(np.percentile(values, 10))
             summary[scenario][prefix + "p90"] = float(np.percentile(values, 90))
@@ -209,8 +221,9 @@ def format_markdown(results):
             " the same Keras 3 model trained without pruning, for reference:",
             "",
             "| scenario | contender | wall-clock ratio, median [p10, p90]"
-            " | CPU-time ratio, median [p10, p90] | epoch pairs |",
-            "|---|---|---|---|---|",
+            " | CPU-time ratio, median [p10, p90] | total time ratio (wall / CPU)"
+            " | epoch pairs |",
+            "|---|---|---|---|---|---|",
         ]
         for contender, rows in paired.items():
             for scenario, row in rows.items():
@@ -218,7 +231,8 @@ def format_markdown(results):
                     f"| {scenario} | {contender}"
                     f" | {row['median']:.3f} [{row['p10']:.3f}, {row['p90']:.3f}]"
                     f" | {row['cpu_median']:.3f} [{row['cpu_p10']:.3f},"
-                    f" {row['cpu_p90']:.3f}] | {row['epochs']} |"
+                    f" {row['cpu_p90']:.3f}]"
+                    f" | {row['total']:.3f} / {row['cpu_total']:.3f} | {row['epochs']} |"
                 )
     runs = results["runs"]
     for scenario in dict.fromkeys(r["scenario"] for r in runs):

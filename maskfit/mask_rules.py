@@ -88,16 +88,6 @@ class MaskRule(abc.ABC):
             returns, and should count as kept.
         """
 
-    def last_update_step(self):
-        """The last optimizer step in which `should_update` may be True; None if unbounded.
-
-        Up to it the training step checks `should_update` in every step; once
-        training is past it, the step is traced once more without the check,
-        so that a rule that no longer updates costs nothing (its keep masks
-        still apply). None, the default, keeps the check in every step.
-        """
-        return None
-
     @abc.abstractmethod
     def get_config(self):
         """Returns the constructor's arguments as plain Python data."""

@@ -250,7 +250,6 @@ class GradientMasker:
         self._by_index = {}  # variable position -> _VariableMasks
         self._needs = {}  # variable position -> step_plan.VariableNeeds
         self._rules = mask_rules.RuleState()  # the rules' keep masks
-        self._rules_live = False  # whether the planned step applies the rules
         self._version = None
         self.plan = None
         self.update()
@@ -298,37 +297,15 @@ class GradientMasker:
         return until is None or step + self._span <= until
 
     def replan(self, step, span=None):
-        """Plans the step from optimizer `step`; True if it must be traced again.
-
-        Rules are applied in the planned step unless all of them are past
-        their `last_update_step` at `step`.
-        """
+        """Plans the step from optimizer `step`; True if it must be traced again."""
         if span is not None:
             self._span = span
-        end = self._last_rule_update()
-        live = bool(self._rules.groups) and (end is None or step <= end)
-        changed = live != self._rules_live
-        self._rules_live = live
         new = self._plan_at(step)
         if self.plan is not None and self.plan.covers(new):
             self.plan = self.plan._replace(valid_until=new.valid_until)
-            return changed
+            return False
         self.plan = new
         return True
-
-    def _last_rule_update(self):
-        """The last step in which a rule may update; None if one has no end."""
-        ends = [group.rule.last_update_step() for group in self._rules.groups]
-        return None if None in ends else max(ends, default=-1)
-
-    @property
-    def rules_end(self):
-        """The last step in which the planned step's rules may update, or None.
-
-        None when the planned step applies no rules, or one has no end. Once
-        training is past it, `replan` drops the rules' check from the step.
-        """
-        return self._last_rule_update() if self._rules_live else None
 
     def _plan_at(self, step):
         needs = self._needs if self._skip_frozen else {
@@ -339,7 +316,7 @@ class GradientMasker:
     @property
     def scheduled(self):
         """Whether `begin_step` does work: a mask follows a schedule, or a rule applies."""
-        return self._rules_live or any(
+        return bool(self._rules.groups) or any(
             s is not None and s.table is not None for s in self._states.values()
         )
 
@@ -471,7 +448,7 @@ class GradientMasker:
         for state in self._states.values():
             if state is not None and state.table is not None:
                 state.select(step)
-        if self._rules_live:
+        if self._rules.groups:
             declared = {
                 i: (masks.state.current, masks.frozen_where)
                 for i, masks in self._by_index.items()
@@ -671,7 +648,8 @@ def _zeroes_state(optimizer, variable):
     zeroed when dropped, and nothing after each update (`dropped_entries`).
 
     Not under XLA: there the zeroing after the update fuses into it, while
-    optimizer state in the rule's conditional costs a copy in every step.
+    optimizer state written in the rule's conditional would be one more
+    operand of it in every step.
     """
     return dropped_entries.keeps_dropped_entries_at_zero(
         optimizer, variable

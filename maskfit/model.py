@@ -20,9 +20,6 @@ __all__ = ["MaskedModel", "MaskedSequential", "all_trainable_variables", "keep_m
 _MASKER_ATTR = "_maskfit_masker"
 _STALE_ATTR = "_maskfit_stale"
 _RETRACE_ATTR = "_maskfit_retrace"
-# Calls of the step that surely start before its rules' last update (no need
-# to read the optimizer step to know).
-_RULE_CALLS_ATTR = "_maskfit_rule_calls"
 # Keep masks loaded before the masker that holds them was planned.
 _PENDING_KEEPS_ATTR = "_maskfit_pending_keeps"
 # The weights-file entry that lists the variables the optimizer has slots for.
@@ -138,7 +135,6 @@ class _MaskedTraining:
         """
         retrace = getattr(self, _RETRACE_ATTR, False)
         object.__setattr__(self, _RETRACE_ATTR, False)
-        object.__setattr__(self, _RULE_CALLS_ATTR, 0)
         if self.built:
             with self.distribute_strategy.scope():
                 retrace = self._sync_masker() or retrace
@@ -159,7 +155,6 @@ class _MaskedTraining:
                     masker.plan.valid_until is not None
                     and not masker.holds_at(self._optimizer_step())
                 )
-                or self._rules_over(masker)
             ):
                 self.make_train_function()
                 return self.train_function(iterator)
@@ -289,29 +284,6 @@ class _MaskedTraining:
             v for i, v in enumerate(variables) if i in masked and i not in learning
         ]
         return optimizer_slots.rebuild(optimizer, active, fresh=fresh)
-
-    def _rules_over(self, masker):
-        """Whether the step's rules are past their last update (then it is traced again).
-
-        The optimizer step is read only when a call may start past it: each
-        call runs at most `steps_per_execution` steps, so no read is needed
-        before. (Gradient accumulation counts fewer steps: the read then says
-        it is not over yet, and when to read again.)
-        """
-        end = masker.rules_end
-        if end is None:
-            return False
-        calls = getattr(self, _RULE_CALLS_ATTR, 0)
-        if calls > 0:
-            object.__setattr__(self, _RULE_CALLS_ATTR, calls - 1)
-            return False
-        step = self._optimizer_step()
-        if step > end:
-            return True
-        object.__setattr__(
-            self, _RULE_CALLS_ATTR, (end - step) // max(1, self.steps_per_execution)
-        )
-        return False
 
     def _optimizer_step(self):
         optimizer = getattr(self, "optimizer", None)

@@ -58,7 +58,10 @@ def mode(request, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _fresh_keras():
-    keras.backend.clear_session()
+    # Fresh names and global state; no forced gc.collect (about 0.3 s a test
+    # once TensorFlow has traced functions: minutes over the suite), Python's
+    # own collector still runs.
+    keras.backend.clear_session(free_memory=False)
     keras.utils.set_random_seed(1234)
     yield
     keras.config.set_dtype_policy("float32")

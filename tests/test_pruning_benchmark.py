@@ -55,6 +55,7 @@ def test_both_contenders_run_tiny_and_report_sparsity_at_every_pruning_step(
     assert runs["polynomial", "keras"]["final_zeros"]["64x16"] == 0
     assert set(results["paired_step_time"]) == {"maskfit", "keras"}
     assert results["paired_step_time"]["maskfit"]["polynomial"]["epochs"] == 1
+    assert results["paired_step_time"]["maskfit"]["polynomial"]["total"] > 0
     for contender in ("tfmot", "maskfit"):
         polynomial = runs["polynomial", contender]
         assert [s["step"] for s in polynomial["pruning_steps"]] == [2, 4, 6]
@@ -90,3 +91,27 @@ def test_both_contenders_run_tiny_and_report_sparsity_at_every_pruning_step(
 def test_unknown_contenders_are_refused_with_what_is_available():
     with pytest.raises(ValueError, match=r"available: \['keras', 'maskfit', 'tfmot'\]"):
         pruning_lib.Config(contenders=("torch",))
+
+
+def test_paired_step_time_reports_the_median_and_the_total_ratio():
+    def run(contender, seed, epochs):
+        return {
+            "contender": contender,
+            "scenario": "polynomial",
+            "seed": seed,
+            "epoch_seconds": epochs,
+            "epoch_cpu_seconds": [2 * e for e in epochs],
+        }
+
+    # Seed 1's third epoch has a retrace: the median skips it, the total not.
+    runs = [
+        run("tfmot", 0, [9.0, 1.0, 1.0]),
+        run("maskfit", 0, [9.0, 0.9, 0.9]),
+        run("tfmot", 1, [9.0, 1.0, 1.0]),
+        run("maskfit", 1, [9.0, 0.9, 2.9]),
+    ]
+    row = pruning_lib.paired_step_time(runs)["polynomial"]
+    assert row["epochs"] == 4
+    assert row["median"] == pytest.approx(0.9)
+    assert row["total"] == pytest.approx(5.6 / 4.0)
+    assert row["cpu_total"] == pytest.approx(5.6 / 4.0)

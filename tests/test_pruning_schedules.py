@@ -274,38 +274,3 @@ def test_base_class_is_abstract():
     with pytest.raises(TypeError):
         pruning.PruningSchedule()
 
-
-@pytest.mark.parametrize(
-    "schedule",
-    [
-        pruning.PolynomialDecay(0.0, 0.9, 0, 400, frequency=20),
-        pruning.PolynomialDecay(0.1, 0.5, 7, 50, frequency=6),  # 50 is not a turn
-        pruning.ConstantSparsity(0.5, 5, 33, frequency=4),
-        pruning.ConstantSparsity(0.5, 9, 9),
-    ],
-    ids=repr,
-)
-def test_nothing_prunes_after_the_last_pruning_step(schedule):
-    last = schedule.last_pruning_step()
-    steps = [step for step, _ in pruning.pruning_steps(schedule, 0, last + 1)]
-    assert steps and steps[-1] <= last
-    assert pruning.pruning_steps(schedule, last + 1, last + 500) == []
-    # The rule that prunes in batch n (1-based) checks at optimizer step n - 1.
-    assert pruning.MagnitudePruning(schedule).last_update_step() == last - 1
-
-
-def test_schedules_without_an_end_have_no_last_step():
-    assert pruning.ConstantSparsity(0.5, 0).last_pruning_step() is None
-    assert pruning.MagnitudePruning(pruning.ConstantSparsity(0.5, 0)).last_update_step() is None
-
-    class Custom(pruning.PruningSchedule):
-        def __call__(self, step):
-            return tf.constant(True), tf.constant(0.5)
-
-        def get_config(self):
-            return {}
-
-    assert Custom().last_pruning_step() is None
-    # N:M masks are computed once, in step 1 (optimizer step 0).
-    rule = pruning.MagnitudePruning(Custom(), sparsity_m_by_n=(2, 4))
-    assert rule.last_update_step() == 0

@@ -173,7 +173,7 @@ def test_unstructured_masks_equal_tfmots(shape):
 _many_ties = _mask_functions((40, 25))
 
 
-@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.settings(max_examples=40, deadline=None)
 @hypothesis.given(
     seed=st.integers(0, 2**31 - 1),
     levels=st.integers(1, 50),

@@ -13,8 +13,6 @@ from maskfit import mask_rules
 from maskfit import model as model_lib
 from maskfit import pruning
 
-# Graph-mode tests also run with the masked update compiled by XLA (conftest).
-pytestmark = pytest.mark.fused_too
 
 # Prunes in steps 2, 4 and 6 (the n-th batch is step n), to 0.8 from step 6.
 SCHEDULE = dict(initial_sparsity=0.0, final_sparsity=0.8, begin_step=0, end_step=6)
@@ -70,6 +68,8 @@ OPTIMIZERS = {
 }
 
 
+# Also in graph mode with the masked update compiled by XLA (conftest).
+@pytest.mark.fused_too
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 def test_pruned_entries_are_exactly_zero_after_every_step(mode, optimizer):
     model, body, head = mlp()
@@ -124,61 +124,6 @@ def test_new_masks_at_pruning_steps_need_no_retrace():
     model.fit(x, y, batch_size=4, verbose=0)
     assert TraceCounter.traces == 1
     assert np.count_nonzero(model.layers[0].kernel.numpy()) == 20
-
-
-class CountingPruning(pruning.MagnitudePruning):
-    """Counts the traces of its check (`should_update` runs only when traced)."""
-
-    checks = 0
-
-    def should_update(self, step):
-        CountingPruning.checks += 1
-        return super().should_update(step)
-
-
-@pytest.mark.parametrize("steps_per_execution", [1, 3])
-def test_a_step_past_the_last_pruning_step_drops_the_check(mode, steps_per_execution):
-    model, body, head = mlp(maskfit.MaskedModel)
-    schedule = pruning.PolynomialDecay(frequency=2, **SCHEDULE)  # ends in step 6
-    mask_rules.set_rule(model, CountingPruning(schedule))
-    model.compile(
-        optimizer="adam", loss="mse", steps_per_execution=steps_per_execution, **mode
-    )
-    reads = []
-    read_step = model._optimizer_step
-    object.__setattr__(model, "_optimizer_step", lambda: reads.append(1) or read_step())
-    x, y = data(n=96)
-    CountingPruning.checks = 0
-    check = ZerosCheck(schedule, [body.kernel, head.kernel])
-    model.fit(x, y, batch_size=4, shuffle=False, verbose=0, callbacks=[check])
-
-    # Traced with the check, then once more without it after step 6 (eagerly:
-    # checked in steps 1 to 6 only).
-    eager = mode.get("run_eagerly", False)
-    assert CountingPruning.checks == (6 if eager else 1)
-    assert model._maskfit_masker.rules_end is None
-    # The pruned entries stay 0 and masked: the zeros are the schedule's to the end.
-    assert check.steps[-1] == 24
-    # The step is read when a call may start past step 6, not in every call.
-    assert len(reads) <= 6, len(reads)
-
-    # A new optimizer starts at step 0: the schedule prunes again.
-    model.compile(optimizer="adam", loss="mse", **mode)
-    model.fit(x[:8], y[:8], batch_size=4, verbose=0)
-    assert CountingPruning.checks == (8 if eager else 2)
-
-
-def test_two_of_four_checks_only_in_the_first_step(mode):
-    model, body, head = mlp(maskfit.MaskedModel, hidden=8)
-    rule = CountingPruning(pruning.ConstantSparsity(0.5, 0), sparsity_m_by_n=(2, 4))
-    mask_rules.set_rule(model, rule)
-    model.compile(optimizer="adamw", loss="mse", **mode)
-    CountingPruning.checks = 0
-    x, y = data()
-    model.fit(x, y, batch_size=4, epochs=2, verbose=0)  # 16 steps
-    assert CountingPruning.checks == 1
-    # 5 inputs: 2 kept of the first 4, 1 of the last (a short group).
-    assert np.count_nonzero(body.kernel.numpy()) == 8 * 3
 
 
 class _TwoDense:

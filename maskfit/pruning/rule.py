@@ -101,13 +101,6 @@ class MagnitudePruning(mask_rules.MaskRule):
             return tf.equal(step, 1)
         return tf.cast(self.pruning_schedule(step)[0], tf.bool)
 
-    def last_update_step(self):
-        """The optimizer step of the schedule's last pruning step (0 for N:M); None if unbounded."""
-        if self.sparsity_m_by_n is not None:
-            return 0
-        last = self.pruning_schedule.last_pruning_step()
-        return None if last is None else int(last) - 1
-
     def keep_mask(self, step, weights, protected):
         scores = tf.math.abs(weights)
         if protected is not None:

@@ -138,17 +138,6 @@ class PruningSchedule(abc.ABC):
     def get_config(self):
         """Returns the constructor's arguments as plain Python data."""
 
-    def last_pruning_step(self):
-        """The last step in which this schedule may prune, or None for no known end.
-
-        Once training is past it the compiled step is traced once more
-        without the schedule's check, so that pruning that is over costs
-        nothing per step. A subclass whose pruning ends should return its
-        last step (never one before a step that prunes); None, the default,
-        keeps the check in every step.
-        """
-        return None
-
     @classmethod
     def from_config(cls, config):
         """Makes a schedule from `get_config()`, or from TF-MOT's nested form.
@@ -204,9 +193,6 @@ class ConstantSparsity(PruningSchedule):
             step, self.begin_step, self.end_step, self.frequency
         )
         return should_prune, tf.constant(self.target_sparsity, dtype=tf.float32)
-
-    def last_pruning_step(self):
-        return None if self.end_step < 0 else self.end_step
 
     def get_config(self):
         return {
@@ -308,9 +294,6 @@ class PolynomialDecay(PruningSchedule):
             step, self.begin_step, self.end_step, self.frequency
         )
         return should_prune, sparsity
-
-    def last_pruning_step(self):
-        return self.end_step
 
     def get_config(self):
         return {
