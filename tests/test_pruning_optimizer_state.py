@@ -134,11 +134,15 @@ def test_untrusted_optimizers_get_dropped_entries_zeroed_after_each_update(name)
     fit_and_check(optimizer, {}, state_zero=False)
 
 
-def test_a_constraint_gets_dropped_entries_zeroed_after_each_update():
-    # A constraint could move a 0 (this one adds to every entry).
-    def shift(w):
+class Shift(keras.constraints.Constraint):
+    """A constraint could move a 0: this one adds to every entry."""
+
+    def __call__(self, w):
         return w + 0.125
 
+
+def test_a_constraint_gets_dropped_entries_zeroed_after_each_update():
+    shift = Shift()
     layer = keras.layers.Dense(2, kernel_constraint=shift)
     layer.build((None, 3))
     assert not dropped_entries.keeps_dropped_entries_at_zero(
