@@ -4,8 +4,8 @@ A rule (pruning) drops an entry by setting it to +0.0 and masking its
 gradient to 0. Most Keras optimizers would still move it: momentum, Adam's
 history, accumulated gradients and EMA averages carry what the entry learned
 before. The safe way, for any optimizer, is to put every dropped entry back
-to 0 after each update; it costs a select and an assignment per variable and
-step. For the optimizers listed here, an entry whose value, gradient and every
+to 0 after each update; it costs a pass over the variable and an assignment
+per variable and step. For the optimizers listed here, an entry whose value, gradient and every
 per-variable state (slots, accumulated gradients, EMA average) are 0 is left
 at exactly +0.0, with that state still 0, by every setting they have: weight
 decay (`w - w * wd * lr`), clipping, gradient accumulation, EMA, loss
