@@ -53,11 +53,6 @@ def _where_masked(gradient, mask):
     return tf.math.multiply_no_nan(gradient, tf.cast(mask, gradient.dtype))
 
 
-def _zero_where_dropped(value, keep):
-    """`value` with +0.0 wherever bool `keep` is False (also for a NaN or Inf there)."""
-    return tf.math.multiply_no_nan(value, tf.cast(keep, value.dtype))
-
-
 def _is_frozen(mask):
     """Where `mask` (bool, or a number per entry) freezes an entry."""
     if mask.dtype == tf.bool:
@@ -622,7 +617,7 @@ class GradientMasker:
                             frozen = _is_frozen(entry.declared(current))
                             value = tf.where(frozen, tf.reshape(kept, tf.shape(value)), value)
                         if entry.keep is not None:
-                            value = _zero_where_dropped(value, values[-1])
+                            value = _where_masked(value, values[-1])
                         return target.assign(value)
 
                     if needed is None:
