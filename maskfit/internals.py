@@ -162,7 +162,13 @@ def attention_output_dense(layer):
 
 
 def merge_call(fn, strategy, *args):
-    """Calls `fn(distribution, *args)` in cross-replica context, with or without a strategy."""
+    """Calls `fn(distribution, *args)` in cross-replica context, with or without a strategy.
+
+    Already in cross-replica context (eager code under a strategy's scope,
+    outside its `run`), `fn` is called as it is.
+    """
+    if tf.distribute.in_cross_replica_context():
+        return fn(strategy, *args)
     return tf.__internal__.distribute.interim.maybe_merge_call(fn, strategy, *args)
 
 
