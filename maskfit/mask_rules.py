@@ -13,7 +13,10 @@ learns only where both allow it, and an entry that `set_mask` freezes is
 never dropped (it stays bit-identical).
 
 The rule's Python code is traced into the step once: new keep masks need no
-retrace, a new rule object does. Rules go into the model's config, so saving
+retrace, a new rule object does. A rule that says when its updates end
+(`MaskRule.last_update_step`) is left out of steps traced after that, and
+one whose only update left is the first step of a call is applied just
+before the call, outside the compiled step (`GradientMasker.prepare`). Rules go into the model's config, so saving
 and loading a `MaskedModel` keeps them; the keep masks go into its weights.
 
 `maskfit.pruning` is built on this: `prune_low_magnitude` declares a
@@ -74,6 +77,19 @@ class MaskRule(abc.ABC):
           step: a scalar int64 tensor, the optimizer's `iterations` before
             this step's update (0 in the first step).
         """
+
+    def last_update_step(self):
+        """The last optimizer step at which `should_update` can be True, or None.
+
+        Read on the host when the step is planned. Once the optimizer is
+        past it, the step is traced without the rule (its keep masks still
+        apply); a rule whose only update left is in the first step of a call
+        is applied just before that call, outside the compiled step, so a
+        rule that updates once at the start (N:M sparsity) costs nothing per
+        step. None (the default) keeps the rule in every step. A bound that
+        is too early is a silent error: return None when unsure.
+        """
+        return None
 
     @abc.abstractmethod
     def keep_mask(self, step, weights, protected):
@@ -268,6 +284,42 @@ class RuleState:
         self.keeps, self.groups = keeps, tuple(groups)
         return retrace
 
+    def in_step_from(self, step, prepared):
+        """Positions in `groups` of the rules a step traced at optimizer `step` runs.
+
+        Those that may update after `step`, or at it unless `prepared` (the
+        caller applies those due at the first step of a call before it, with
+        `due_at`). A rule without a bound (`last_update_step()` None) always.
+        """
+        found = set()
+        for number, group in enumerate(self.groups):
+            last = group.rule.last_update_step()
+            if last is None or last > step or (last == step and not prepared):
+                found.add(number)
+        return frozenset(found)
+
+    def due_at(self, step, in_step):
+        """The rules outside the step (not in `in_step`) that update at `step`.
+
+        Returns their positions in `groups`, or None when one of them may
+        update after `step` (the optimizer went back): the step must then be
+        traced with it.
+        """
+        due = set()
+        for number, group in enumerate(self.groups):
+            if number in in_step:
+                continue
+            last = group.rule.last_update_step()
+            if last is None or last > step:
+                return None
+            if last == step:
+                due.add(number)
+        return due
+
+    def indices_of(self, numbers):
+        """Positions of the variables the rules at `numbers` (in `groups`) cover."""
+        return {i for number in numbers for i in self.groups[number].indices}
+
     def load(self, values):
         """Assigns keep masks `{position: bool array}`; returns those it has none for."""
         rest = {}
@@ -279,7 +331,7 @@ class RuleState:
                 keep.assign(np.asarray(value, bool))
         return rest
 
-    def apply(self, step, variables, frozen, declared, state=None):
+    def apply(self, step, variables, frozen, declared, state=None, only=None):
         """In the step: runs each rule that updates at optimizer `step` (traced once).
 
         A rule that updates gets new keep masks for its variables, and the
@@ -297,11 +349,14 @@ class RuleState:
           state: `{position: [variables of its shape]}`, the optimizer state
             whose dropped entries are set to 0 with the weights
             (`maskfit.dropped_entries`); none by default.
+          only: positions in `groups` of the rules to run; all by default.
+            Called eagerly (outside the step) this runs them at once.
         """
         state = state or {}
         groups = [
             (group.rule, [i for i in group.indices if i not in frozen])
-            for group in self.groups
+            for number, group in enumerate(self.groups)
+            if only is None or number in only
         ]
         groups = [(rule, indices) for rule, indices in groups if indices]
         if not groups:
@@ -334,6 +389,26 @@ class RuleState:
 
         internals.merge_call(apply_all, tf.distribute.get_strategy())
 
+    def settle(self, variables, frozen, state):
+        """Sets every dropped entry to +0.0, in the weights and in `state` (eagerly).
+
+        Outside the step, before the first call of a newly traced one: a
+        step that relies on the optimizer keeping dropped entries at 0
+        (`maskfit.dropped_entries`) needs their state 0, whatever ran before
+        (a step under XLA, which zeroes after each update instead, or weights
+        set by hand).
+
+        Args:
+          variables: the step's `tf.Variable`s, in its order.
+          frozen: positions left out of the step.
+          state: `{position: [variables of its shape]}`, as for `apply`.
+        """
+        for index, keep in self.keeps.items():
+            if index in frozen:
+                continue
+            for target in (variables[index],) + tuple(state.get(index, ())):
+                target.assign(_drop(target, keep))
+
     def _update_one(self, distribution, rule, step, variable, index, declared, state):
         """New keep mask for one variable; the weights it drops (and `state`) set to +0.0."""
         keep_variable = self.keeps[index]
@@ -354,8 +429,7 @@ class RuleState:
             return keep.assign(kept)
 
         def drop(weights, keep):
-            value = tf.convert_to_tensor(weights)
-            return weights.assign(tf.where(keep, value, tf.zeros([], value.dtype)))
+            return weights.assign(_drop(weights, keep))
 
         assigned = distribution.extended.update(
             keep_variable, new_keep, args=(variable,) + current, group=False
@@ -369,3 +443,9 @@ class RuleState:
                     )
                 )
         return tf.group(tf.nest.flatten(dropped))
+
+
+def _drop(weights, keep):
+    """`weights` with +0.0 where `keep` is False (NaN and Inf included)."""
+    value = tf.convert_to_tensor(weights)
+    return tf.where(keep, value, tf.zeros([], value.dtype))

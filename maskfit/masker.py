@@ -217,6 +217,9 @@ class GradientMasker:
         e.g. `lambda: declare.masked_layers(model)`.
       layer_rules: a callable returning `[(layer, rule)]`, the rules to apply,
         e.g. `lambda: mask_rules.layer_rules(model)`; none by default.
+      prepares: whether the caller runs `prepare` before the first call of
+        each newly traced step (outside it): a rule whose last update is in
+        that call's first step is then applied there instead of traced.
       step: a callable returning the optimizer step the masks start at.
       span: how many steps one call of the compiled step runs
         (`steps_per_execution`).
@@ -233,6 +236,7 @@ class GradientMasker:
         span=1,
         skip_frozen=True,
         layer_rules=tuple,
+        prepares=False,
     ):
         self._variables = list(variables)
         self._layer_specs = layer_specs
@@ -245,6 +249,10 @@ class GradientMasker:
         self._by_index = {}  # variable position -> _VariableMasks
         self._needs = {}  # variable position -> step_plan.VariableNeeds
         self._rules = mask_rules.RuleState()  # the rules' keep masks
+        self._traced = frozenset()  # positions of the rules the step runs
+        self._prepares = prepares
+        self._due = False  # whether `prepare` is to run before the next call
+        self._settle = False  # whether it settles dropped entries (a new trace)
         self._version = None
         self.plan = None
         self.update()
@@ -291,16 +299,105 @@ class GradientMasker:
         until = self.plan.valid_until
         return until is None or step + self._span <= until
 
-    def replan(self, step, span=None):
-        """Plans the step from optimizer `step`; True if it must be traced again."""
+    def replan(self, step, span=None, prepares=None, fresh=False):
+        """Plans the step from optimizer `step`; True if it must be traced again.
+
+        The step runs the rules that may still update after `step` (or at
+        it, unless `prepares`). A rule whose updates are over stays in a step
+        already traced (it no longer fires; a retrace would cost more than
+        it saves) and is left out when the step is traced anew: when it must
+        be (a rule joins, the plan changed) or will be anyway (`fresh`: after
+        `compile`, say).
+        """
         if span is not None:
             self._span = span
+        if prepares is not None:
+            self._prepares = prepares
         new = self._plan_at(step)
-        if self.plan is not None and self.plan.covers(new):
+        traced = self._rules.in_step_from(step, self._prepares)
+        if (
+            self.plan is not None
+            and not fresh
+            and traced <= self._traced
+            and self.plan.covers(new)
+        ):
             self.plan = self.plan._replace(valid_until=new.valid_until)
             return False
         self.plan = new
+        self._traced = traced
         return True
+
+    def _traced_indices(self):
+        """Positions of the variables whose rule the step runs."""
+        return self._rules.indices_of(self._traced)
+
+    def expect_call(self, new_trace):
+        """Says that the step is about to be called (`fit`, `train_on_batch`).
+
+        `prepare` is then due before that call, if a rule is outside the
+        step (it may be due, or the optimizer may have gone back before its
+        last update) or the step is traced anew (`new_trace`: dropped
+        entries are settled then).
+        """
+        rules = bool(self._rules.groups)
+        self._settle = rules and (self._settle or new_trace)
+        self._due = self._settle or len(self._traced) < len(self._rules.groups)
+
+    @property
+    def prepare_due(self):
+        """Whether `prepare` is to run before the next call of the step."""
+        return self._due
+
+    def prepare(self, step, optimizer):
+        """Outside the step, before the first call after `expect_call`, at `step`.
+
+        Applies each rule that the step leaves out and whose last update is
+        at `step` (the call's first step). For a newly traced step it also
+        sets every dropped entry to +0.0, weights and the state `optimizer`
+        keeps for them (`RuleState.settle`). Returns False, doing nothing,
+        when a rule left out of the step may still update after `step` (the
+        optimizer went back, e.g. restored from an earlier backup): the step
+        must be planned again.
+        """
+        applied = self._rules.due_at(step, self._traced)
+        if applied is None:
+            return False
+        if not (applied or self._settle):
+            self._due = False
+            return True
+        variables = [variable_handle(v) for v in self._variables]
+        state = self._trusted_state(optimizer, self._rules.keeps)
+        if applied:
+            self._rules.apply(
+                tf.constant(step, tf.int64),
+                variables,
+                self.plan.frozen,
+                self._declared(),
+                state,
+                only=applied,
+            )
+        if self._settle:
+            self._rules.settle(variables, self.plan.frozen, state)
+        self._due = self._settle = False
+        return True
+
+    def _declared(self):
+        """`{position: (current, frozen_where)}` of the variables with a declared mask."""
+        return {
+            i: (masks.state.current, masks.frozen_where)
+            for i, masks in self._by_index.items()
+            if masks.state is not None
+        }
+
+    def _trusted_state(self, optimizer, positions):
+        """`{position: [state variables]}` of `optimizer` for those of `positions`
+        whose dropped entries it keeps at 0 by itself (`dropped_entries`)."""
+        return {
+            i: [variable_handle(v) for v in dropped_entries.state_of(optimizer, variable)]
+            for i, variable in enumerate(self._variables)
+            if i in positions
+            and dropped_entries.keeps_dropped_entries_at_zero(optimizer, variable)
+        }
 
     def _plan_at(self, step):
         needs = self._needs if self._skip_frozen else {
@@ -311,7 +408,7 @@ class GradientMasker:
     @property
     def scheduled(self):
         """Whether `begin_step` does work: a mask follows a schedule, or a rule applies."""
-        return bool(self._rules.groups) or any(
+        return bool(self._traced) or any(
             s is not None and s.table is not None for s in self._states.values()
         )
 
@@ -443,23 +540,16 @@ class GradientMasker:
         for state in self._states.values():
             if state is not None and state.table is not None:
                 state.select(step)
-        if self._rules.groups:
-            declared = {
-                i: (masks.state.current, masks.frozen_where)
-                for i, masks in self._by_index.items()
-                if masks.state is not None
-            }
-            state = {
-                i: [variable_handle(v) for v in dropped_entries.state_of(optimizer, variable)]
-                for i, variable in enumerate(self._variables)
-                if i in self._rules.keeps and _zeroes_state(optimizer, variable)
-            }
+        if self._traced:
+            # Under XLA, dropped entries are zeroed after each update instead.
+            traced = set() if internals.tracing_for_xla() else self._traced_indices()
             self._rules.apply(
                 step,
                 [variable_handle(v) for v in self._variables],
                 self.plan.frozen,
-                declared,
-                state,
+                self._declared(),
+                self._trusted_state(optimizer, traced),
+                only=self._traced,
             )
 
     def mask_gradients(self, gradients):
@@ -524,6 +614,9 @@ class GradientMasker:
             pass over each variable instead of a copy and a select.
         """
         variables = self._variables if variables is None else list(variables)
+        # Where dropped entries' state may be nonzero under XLA: a rule the
+        # step runs, or any rule when nobody runs `prepare` to settle them.
+        traced = self._traced_indices() if self._prepares else set(self._rules.keeps)
         # (position, whether the snapshot is taken only if needed, whether one
         # is taken at all: a rule's dropped entries are set to 0, not restored)
         guarded = []
@@ -543,7 +636,7 @@ class GradientMasker:
             # optimizers of `dropped_entries` (begin_step zeroed their state),
             # if the gradients are masked as planned.
             zeroes = masks.keep is not None and not (
-                masked and _zeroes_state(optimizer, variables[i])
+                masked and _zeroes_state(optimizer, variables[i], i in traced)
             )
             if restore or zeroes:
                 guarded.append((i, dynamic and restore, restore))
@@ -638,17 +731,18 @@ class GradientMasker:
         internals.merge_call(restore_all, tf.distribute.get_strategy(), snapshots)
 
 
-def _zeroes_state(optimizer, variable):
+def _zeroes_state(optimizer, variable, traced):
     """Whether a rule's dropped entries of `variable` get their optimizer state
     zeroed when dropped, and nothing after each update (`dropped_entries`).
 
-    Not under XLA: there the zeroing after the update fuses into it, while
-    optimizer state written in the rule's conditional would be one more
-    operand of it in every step.
+    Not under XLA for a rule the step runs (`traced`): there the zeroing
+    after the update fuses into it, while optimizer state written in the
+    rule's conditional would be one more operand of it in every step. A rule
+    the step leaves out had its dropped entries' state zeroed by `prepare`.
     """
-    return dropped_entries.keeps_dropped_entries_at_zero(
-        optimizer, variable
-    ) and not internals.tracing_for_xla()
+    return dropped_entries.keeps_dropped_entries_at_zero(optimizer, variable) and not (
+        traced and internals.tracing_for_xla()
+    )
 
 
 def _needs(slot, i):

@@ -136,12 +136,18 @@ class _MaskedTraining:
         retrace = getattr(self, _RETRACE_ATTR, False)
         object.__setattr__(self, _RETRACE_ATTR, False)
         if self.built:
+            # Traced anew anyway (after compile, or forced): planned afresh.
+            fresh = force or retrace or self.train_function is None
             with self.distribute_strategy.scope():
-                retrace = self._sync_masker() or retrace
+                retrace = self._sync_masker(fresh) or retrace
             object.__setattr__(self, _STALE_ATTR, False)
         super().make_train_function(force=force or retrace)
         keras_function = self.train_function
-        if getattr(keras_function, "_maskfit_wrapped", False):
+        wrapped = getattr(keras_function, "_maskfit_wrapped", False)
+        masker = getattr(self, _MASKER_ATTR, None)
+        if masker is not None:
+            masker.expect_call(new_trace=not wrapped)
+        if wrapped:
             return keras_function
 
         def train_function(iterator):
@@ -158,6 +164,15 @@ class _MaskedTraining:
             ):
                 self.make_train_function()
                 return self.train_function(iterator)
+            if masker is not None and masker.prepare_due:
+                # At the first call of each fit (or train_on_batch): after
+                # the callbacks that run before it (a backup restored).
+                with self.distribute_strategy.scope():
+                    ready = masker.prepare(self._optimizer_step(), self.optimizer)
+                if not ready:
+                    object.__setattr__(self, _RETRACE_ATTR, True)
+                    self.make_train_function()
+                    return self.train_function(iterator)
             return keras_function(iterator)
 
         train_function._maskfit_wrapped = True
@@ -229,8 +244,12 @@ class _MaskedTraining:
         variables = self._all_trainable_weights() if variables is None else variables
         return masker if masker.plans(variables) else None
 
-    def _plan_masker(self, variables):
-        """Plans the masks for `variables`; safe inside a traced step."""
+    def _plan_masker(self, variables, prepares=False):
+        """Plans the masks for `variables`; safe inside a traced step.
+
+        `prepares`: whether `masker.prepare` will run before the step's
+        first call (not for a masker planned inside the step's first trace).
+        """
         with tf.init_scope():
             masker = masker_lib.GradientMasker(
                 variables,
@@ -238,6 +257,7 @@ class _MaskedTraining:
                 step=self._optimizer_step,
                 span=self.steps_per_execution,
                 layer_rules=lambda: mask_rules.layer_rules(self),
+                prepares=prepares,
             )
         object.__setattr__(self, _MASKER_ATTR, masker)
         self._load_pending_keeps(masker)
@@ -250,17 +270,28 @@ class _MaskedTraining:
                 rest = masker.load_keeps(pending)
             object.__setattr__(self, _PENDING_KEEPS_ATTR, rest)
 
-    def _sync_masker(self):
-        """Makes the masker and optimizer match the masks and the step; True to retrace."""
+    def _sync_masker(self, fresh=False):
+        """Makes the masker and optimizer match the masks and the step; True to retrace.
+
+        `fresh`: the step will be traced anew whatever this returns.
+        """
         variables = self._all_trainable_weights()
         masker = self._ready_masker(variables)
         step = self._optimizer_step()
         if masker is None:
-            masker = self._plan_masker(variables)
+            masker = self._plan_masker(variables, prepares=True)
             changed = True
         else:
             changed = masker.update()
-            changed = masker.replan(step, span=self.steps_per_execution) or changed
+            changed = (
+                masker.replan(
+                    step,
+                    span=self.steps_per_execution,
+                    prepares=True,
+                    fresh=fresh or changed,
+                )
+                or changed
+            )
             self._load_pending_keeps(masker)
         return self._fit_optimizer(masker, step) or changed
 

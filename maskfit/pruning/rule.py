@@ -19,7 +19,8 @@ class MagnitudePruning(mask_rules.MaskRule):
     block of layers covers its sublayers'). When: in training step `n` (the
     n-th batch, 1-based, as TF-MOT counts: the optimizer's `iterations` + 1)
     where `pruning_schedule(n)` says so; with `sparsity_m_by_n`, once, in
-    step 1, as TF-MOT. What: `magnitude_mask` of the weights at the
+    step 1, as TF-MOT (just before the first call, outside the compiled
+    step: `last_update_step` is 0). What: `magnitude_mask` of the weights at the
     schedule's sparsity, except that entries frozen by `maskfit.set_mask`
     score +inf (they are kept, and count as kept). Pruned weights are 0 and
     score 0, so they stay pruned unless the sparsity falls.
@@ -100,6 +101,13 @@ class MagnitudePruning(mask_rules.MaskRule):
             # TF-MOT computes N:M masks once, in step 1.
             return tf.equal(step, 1)
         return tf.cast(self.pruning_schedule(step)[0], tf.bool)
+
+    def last_update_step(self):
+        if self.sparsity_m_by_n is not None:
+            return 0
+        last = self.pruning_schedule.last_pruning_step()
+        # TF-MOT's step n is optimizer step n - 1.
+        return None if last is None else int(last) - 1
 
     def keep_mask(self, step, weights, protected):
         scores = tf.math.abs(weights)

@@ -43,6 +43,8 @@ class PruningSchedule(abc.ABC):
     ...     def __call__(self, step):
     ...         should_prune = self._should_prune_in_step(step, self.step, self.step, 1)
     ...         return should_prune, tf.constant(self.sparsity, tf.float32)
+    ...     def last_pruning_step(self):  # optional: no check in later steps
+    ...         return self.step
     ...     def get_config(self):
     ...         return {"step": self.step, "sparsity": self.sparsity}
     >>> pruning.pruning_steps(OneShot(1000, 0.5), 0, 2000)
@@ -138,6 +140,17 @@ class PruningSchedule(abc.ABC):
     def get_config(self):
         """Returns the constructor's arguments as plain Python data."""
 
+    def last_pruning_step(self):
+        """The last step at which `__call__` can say prune, or None if unknown.
+
+        Read on the host, not in the step: after it, the training step is
+        traced without the schedule (see `MaskRule.last_update_step`). The
+        default, None, keeps the schedule in every step; a subclass whose
+        pruning ends may return its last step (a negative number if it never
+        prunes). A wrong bound is a silent error: return None when unsure.
+        """
+        return None
+
     @classmethod
     def from_config(cls, config):
         """Makes a schedule from `get_config()`, or from TF-MOT's nested form.
@@ -193,6 +206,9 @@ class ConstantSparsity(PruningSchedule):
             step, self.begin_step, self.end_step, self.frequency
         )
         return should_prune, tf.constant(self.target_sparsity, dtype=tf.float32)
+
+    def last_pruning_step(self):
+        return _last_turn(self, ConstantSparsity)
 
     def get_config(self):
         return {
@@ -295,6 +311,9 @@ class PolynomialDecay(PruningSchedule):
         )
         return should_prune, sparsity
 
+    def last_pruning_step(self):
+        return _last_turn(self, PolynomialDecay)
+
     def get_config(self):
         return {
             "initial_sparsity": self.initial_sparsity,
@@ -372,6 +391,23 @@ def pruning_steps(schedule, start, stop, jit_compile=False):
     return [
         (int(s), float(v)) for s, v in zip(steps[should_prune], sparsity[should_prune])
     ]
+
+
+def _last_turn(schedule, cls):
+    """The last step of `_should_prune_in_step` over the schedule's interval.
+
+    None without an end, and for a subclass of `cls` that overrides its
+    `__call__` or `_should_prune_in_step` (its steps may be others).
+    """
+    kind = type(schedule)
+    if (
+        kind.__call__ is not cls.__call__
+        or kind._should_prune_in_step is not PruningSchedule._should_prune_in_step
+        or schedule.end_step < 0
+    ):
+        return None
+    span = schedule.end_step - schedule.begin_step
+    return schedule.begin_step + span // schedule.frequency * schedule.frequency
 
 
 def _as_step(step):
