@@ -6,9 +6,10 @@ alternate their epochs and time them under the same load. TF-MOT runs
 `prune_low_magnitude` on a tf_keras Sequential model with its
 `UpdatePruningStep` callback; maskfit runs its `prune_low_magnitude` on a
 Keras 3 Sequential model, with no callback. Both read the masks with a
-callback after each pruning step, off the clock. `keras` is a reference, not
-a contender: the same Keras 3 model trained without pruning, to tell what
-Keras 3's step costs next to tf_keras's.
+callback after each pruning step, off the clock. `keras` and `tf_keras` are
+references, not contenders: the same model trained without pruning on each
+Keras, to tell what Keras 3's step costs next to tf_keras's, and what each
+library's pruning adds to its own Keras's step.
 
 Importing TF-MOT sets TF_USE_LEGACY_KERAS=1, which only changes what
 `tf.keras` is; maskfit imports Keras 3 as `keras`, so both live side by side.
@@ -17,7 +18,7 @@ Importing TF-MOT sets TF_USE_LEGACY_KERAS=1, which only changes what
 from benchmarks import pruning_task as task
 from maskfit import pruning
 
-__all__ = ["CONTENDERS", "KerasRun", "MaskfitRun", "TfmotRun"]
+__all__ = ["CONTENDERS", "KerasRun", "MaskfitRun", "TfKerasRun", "TfmotRun"]
 
 
 class _Run:
@@ -65,37 +66,54 @@ class TfmotRun(_Run):
 
         self.api = tfmot.sparsity.keras
         super().__init__(config, scenario, seed, data)
-        model, _ = task.build_mlp(tf_keras, config, data, seed)
-        self.model = self.api.prune_low_magnitude(
-            model,
-            pruning_schedule=self.make_schedule(),
-            sparsity_m_by_n=scenario["sparsity_m_by_n"],
-        )
+        model, layers = task.build_mlp(tf_keras, config, data, seed)
+        if self.prune:
+            self.model = self.api.prune_low_magnitude(
+                model,
+                pruning_schedule=self.make_schedule(),
+                sparsity_m_by_n=scenario["sparsity_m_by_n"],
+            )
+            # The pruning wrappers (TF-MOT does not export their class): one
+            # kernel each.
+            wrappers = [l for l in self.model.layers if hasattr(l, "pruning_vars")]
+            masks = [w.pruning_vars[0][1] for w in wrappers]
+            kernels = [w.pruning_vars[0][0] for w in wrappers]
+        else:
+            self.model = model
+            kernels = masks = [layer.kernel for layer in layers]
         self.model.compile(**task.compile_arguments(tf_keras, config))
-        # The pruning wrappers (TF-MOT does not export their class): one kernel each.
-        wrappers = [l for l in self.model.layers if hasattr(l, "pruning_vars")]
-        masks = [w.pruning_vars[0][1] for w in wrappers]
-        kernels = [w.pruning_vars[0][0] for w in wrappers]
+        prune = self.prune
 
         class Recorder(task.Recorder, tf_keras.callbacks.Callback):
             def __init__(self, points):
-                super().__init__(points, lambda: [m.numpy() for m in masks], kernels)
+                super().__init__(
+                    points,
+                    lambda: [m.numpy() if prune else m.numpy() != 0 for m in masks],
+                    kernels,
+                )
                 # Logs stay tensors: no host sync per batch (a tf_keras attribute).
                 self._supports_tf_logs = True
 
         self.recorder = Recorder(self.points)
         # UpdatePruningStep must come first: it zeroes the pruned weights at
         # the end of each epoch, before the recorder stops the clock.
-        self.callbacks = [self.api.UpdatePruningStep(), self.recorder]
+        self.callbacks = [self.api.UpdatePruningStep()] if prune else []
+        self.callbacks.append(self.recorder)
 
     def make_schedule(self):
         schedule = getattr(self.api, self.scenario["schedule"])
         return schedule(**self.scenario["arguments"])
 
     def stripped_kernels_and_logits(self):
-        stripped = self.api.strip_pruning(self.model)
+        stripped = self.api.strip_pruning(self.model) if self.prune else self.model
         kernels = [l.kernel.numpy() for l in stripped.layers]
         return kernels, stripped(self.data.x_test, training=False).numpy()
+
+
+class TfKerasRun(TfmotRun):
+    """A reference: the same tf_keras model and training, without pruning."""
+
+    prune = False
 
 
 class MaskfitRun(_Run):
@@ -154,4 +172,9 @@ class KerasRun(MaskfitRun):
     prune = False
 
 
-CONTENDERS = {"tfmot": TfmotRun, "maskfit": MaskfitRun, "keras": KerasRun}
+CONTENDERS = {
+    "tfmot": TfmotRun,
+    "maskfit": MaskfitRun,
+    "keras": KerasRun,
+    "tf_keras": TfKerasRun,
+}

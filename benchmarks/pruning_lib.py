@@ -29,8 +29,9 @@ class Config:
     """What to run; the defaults are those of issue 14."""
 
     scenarios: tuple = ("polynomial", "constant", "2:4")
-    # "keras" is a reference (the same Keras 3 model, not pruned), not a contender.
-    contenders: tuple = ("tfmot", "maskfit", "keras")
+    # "keras" and "tf_keras" are references (the same model, not pruned, on
+    # each Keras), not contenders.
+    contenders: tuple = ("tfmot", "maskfit", "keras", "tf_keras")
     seeds: tuple = (0, 1, 2, 3, 4)
     hidden: tuple = (300, 100)
     epochs: int = 15
@@ -98,6 +99,7 @@ def run(config, workdir):
         "paired_step_time": {
             c: paired_step_time(runs, c) for c in config.contenders if c != "tfmot"
         },
+        "own_cost": own_cost(runs),
     }
     with open(os.path.join(workdir, "pruning_vs_tfmot.json"), "w") as f:
         json.dump(results, f, indent=2)
@@ -188,6 +190,48 @@ def paired_step_time(runs, contender="maskfit", baseline="tfmot"):
     return summary
 
 
+# What each library's pruning adds to its own Keras's step: (pruned, unpruned).
+OWN_KERAS = {"maskfit": "keras", "tfmot": "tf_keras"}
+
+
+def own_cost(runs):
+    """Per library: its pruned step time over its own Keras's unpruned one.
+
+    `{library: paired_step_time(runs, library, its Keras)}` for each library
+    whose reference ran: what pruning itself costs, apart from the
+    difference between the two Keras's steps.
+    """
+    ran = {r["contender"] for r in runs}
+    return {
+        library: paired_step_time(runs, library, reference)
+        for library, reference in OWN_KERAS.items()
+        if library in ran and reference in ran
+    }
+
+
+def _ratio_rows(table):
+    """Markdown rows `| scenario | who | median [p10, p90] | CPU | total | epochs |`."""
+    lines = []
+    for who, rows in table.items():
+        for scenario, row in rows.items():
+            lines.append(
+                f"| {scenario} | {who}"
+                f" | {row['median']:.3f} [{row['p10']:.3f}, {row['p90']:.3f}]"
+                f" | {row['cpu_median']:.3f} [{row['cpu_p10']:.3f},"
+                f" {row['cpu_p90']:.3f}]"
+                f" | {row['total']:.3f} / {row['cpu_total']:.3f} | {row['epochs']} |"
+            )
+    return lines
+
+
+_RATIO_HEADER = [
+    "| scenario | contender | wall-clock ratio, median [p10, p90]"
+    " | CPU-time ratio, median [p10, p90] | total time ratio (wall / CPU)"
+    " | epoch pairs |",
+    "|---|---|---|---|---|---|",
+]
+
+
 def format_markdown(results):
     """The tables of the report: summary, sparsity per pruning step, per seed."""
     lines = ["## Summary", ""]
@@ -217,23 +261,26 @@ def format_markdown(results):
         lines += [
             "",
             "Step time over TF-MOT's, epoch by epoch (the contenders train the same"
-            " epoch one right after the other; first epochs left out). `keras` is"
-            " the same Keras 3 model trained without pruning, for reference:",
+            " epoch one right after the other; first epochs left out). `keras` and"
+            " `tf_keras` are the same model trained without pruning on each Keras,"
+            " for reference:",
             "",
-            "| scenario | contender | wall-clock ratio, median [p10, p90]"
-            " | CPU-time ratio, median [p10, p90] | total time ratio (wall / CPU)"
-            " | epoch pairs |",
-            "|---|---|---|---|---|---|",
         ]
-        for contender, rows in paired.items():
-            for scenario, row in rows.items():
-                lines.append(
-                    f"| {scenario} | {contender}"
-                    f" | {row['median']:.3f} [{row['p10']:.3f}, {row['p90']:.3f}]"
-                    f" | {row['cpu_median']:.3f} [{row['cpu_p10']:.3f},"
-                    f" {row['cpu_p90']:.3f}]"
-                    f" | {row['total']:.3f} / {row['cpu_total']:.3f} | {row['epochs']} |"
-                )
+        lines += _RATIO_HEADER + _ratio_rows(paired)
+    own = {
+        f"{library} / {OWN_KERAS[library]}": rows
+        for library, rows in (results.get("own_cost") or {}).items()
+        if rows
+    }
+    if own:
+        lines += [
+            "",
+            "What pruning adds to each Keras's own step: each library's pruned step"
+            " time over the same model's unpruned one on the same Keras, epoch by"
+            " epoch:",
+            "",
+        ]
+        lines += _RATIO_HEADER + _ratio_rows(own)
     runs = results["runs"]
     for scenario in dict.fromkeys(r["scenario"] for r in runs):
         lines += ["", f"## Zeros per kernel at each pruning step: {scenario}", ""]

@@ -46,14 +46,21 @@ def test_both_contenders_run_tiny_and_report_sparsity_at_every_pruning_step(
     assert sorted(runs) == [
         ("2:4", "keras"),
         ("2:4", "maskfit"),
+        ("2:4", "tf_keras"),
         ("2:4", "tfmot"),
         ("polynomial", "keras"),
         ("polynomial", "maskfit"),
+        ("polynomial", "tf_keras"),
         ("polynomial", "tfmot"),
     ]
-    # The reference trains the same model without pruning.
-    assert runs["polynomial", "keras"]["final_zeros"]["64x16"] == 0
-    assert set(results["paired_step_time"]) == {"maskfit", "keras"}
+    # The references train the same model without pruning, on each Keras.
+    for reference in ("keras", "tf_keras"):
+        assert runs["polynomial", reference]["final_zeros"]["64x16"] == 0
+        assert not runs["polynomial", reference]["pruning"]
+    assert set(results["paired_step_time"]) == {"maskfit", "keras", "tf_keras"}
+    # What each library's pruning adds to its own Keras's step.
+    assert set(results["own_cost"]) == {"maskfit", "tfmot"}
+    assert results["own_cost"]["tfmot"]["2:4"]["epochs"] == 1
     assert results["paired_step_time"]["maskfit"]["polynomial"]["epochs"] == 1
     assert results["paired_step_time"]["maskfit"]["polynomial"]["total"] > 0
     for contender in ("tfmot", "maskfit"):
@@ -83,13 +90,15 @@ def test_both_contenders_run_tiny_and_report_sparsity_at_every_pruning_step(
     assert "| polynomial | tfmot | 1 |" in table
     assert "| polynomial | maskfit | 1 |" in table
     assert "| polynomial | keras | 1 |" in table and " | - | - | - |" in table
+    assert "| polynomial | tf_keras | 1 |" in table
+    assert "| 2:4 | maskfit / keras | " in table and "| 2:4 | tfmot / tf_keras | " in table
     # 160 - 16 kept in 16x10, per contender.
     assert "| 6 | 0.900000 | 922 | 922 | 144 | 144 |" in table
     assert (tmp_path / "config.json").exists()
 
 
 def test_unknown_contenders_are_refused_with_what_is_available():
-    with pytest.raises(ValueError, match=r"available: \['keras', 'maskfit', 'tfmot'\]"):
+    with pytest.raises(ValueError, match=r"available: \['keras', 'maskfit', 'tf_keras', 'tfmot'\]"):
         pruning_lib.Config(contenders=("torch",))
 
 
