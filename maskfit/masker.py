@@ -1,7 +1,5 @@
 """The masking stage of a step: mask gradients, apply, keep frozen entries exact."""
 
-import collections
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -11,6 +9,7 @@ from maskfit import dropped_entries
 from maskfit import internals
 from maskfit import mask_rules
 from maskfit import plan
+from maskfit import slot_state
 from maskfit import step_plan
 from maskfit.plan import resolve_masks
 
@@ -53,13 +52,6 @@ def _where_masked(gradient, mask):
     return tf.math.multiply_no_nan(gradient, tf.cast(mask, gradient.dtype))
 
 
-def _is_frozen(mask):
-    """Where `mask` (bool, or a number per entry) freezes an entry."""
-    if mask.dtype == tf.bool:
-        return tf.logical_not(mask)
-    return tf.equal(mask, tf.zeros([], mask.dtype))
-
-
 def _mask_gradient(gradient, mask):
     if isinstance(gradient, tf.IndexedSlices):
         # `mask` has the variable's rank; a size-1 first axis broadcasts
@@ -76,112 +68,12 @@ def variable_handle(variable):
     return variable.value if isinstance(variable, keras.Variable) else variable
 
 
-def _state_dtype(slot, variable_dtype):
-    """bool for an `ElementMask` of 0s and 1s (a quarter of float32's bytes to
-    keep and to read each step), else the variable's dtype."""
-    if slot.kind == "element" and np.all((slot.table == 0) | (slot.table == 1)):
-        return tf.bool
-    return variable_dtype
-
-
-def _as_state(values, dtype):
-    if dtype == tf.bool:
-        return tf.constant(np.asarray(values) != 0)
-    return tf.constant(values, dtype)
-
-
 # Compiling the masked update with XLA in a graph-mode step pays when the
 # update is memory-bound: below this many entries in the masked variables that
 # learn, the XLA call's own cost (about 0.5 ms a step on a 2-core CPU) is more
 # than the snapshot copy and select it saves (about 1.4 ms per million guarded
 # entries under AdamW); docs/performance.md has the measurements.
 FUSE_MIN_ENTRIES = 1 << 19
-
-
-class _SlotState:
-    """The variables behind one `MaskSlot`: the mask in force, and its schedule.
-
-    `current` holds the mask in force: the `(units,)` values of an
-    `OutputMask` slot, or the variable-shaped mask of an `ElementMask` slot.
-    `table` and `boundaries` (None for a fixed mask) hold a schedule's masks,
-    one row per interval. Nothing else is state: an `OutputMask`'s mask on a
-    variable is `layout.expand(current)`, computed in the step from a
-    constant index. A variable is fully frozen only when all of its layout's
-    units are 0 *and* the layout has no shared entries (`layout.has_shared`).
-    """
-
-    def __init__(self, slot, dtype):
-        name = f"grad_mask_{slot.layer.name}_{slot.kind}"
-        aggregation = tf.VariableAggregation.ONLY_FIRST_REPLICA
-        self.structure = (slot.structure, dtype)
-        self.dtype = dtype
-        self.current = tf.Variable(
-            _as_state(slot.table[0], dtype),
-            trainable=False,
-            name=name,
-            aggregation=aggregation,
-        )
-        self.table = self.boundaries = None
-        if len(slot.table) > 1:
-            self.table = tf.Variable(
-                _as_state(slot.table, dtype),
-                trainable=False,
-                name=name + "_table",
-                aggregation=aggregation,
-            )
-            self.boundaries = tf.Variable(
-                tf.constant(slot.boundaries, tf.int64),
-                trainable=False,
-                name=name + "_boundaries",
-                aggregation=aggregation,
-            )
-
-    def assign(self, slot, step):
-        self.current.assign(_as_state(slot.values_at(step), self.dtype))
-        if self.table is not None:
-            self.table.assign(_as_state(slot.table, self.dtype))
-            self.boundaries.assign(tf.constant(slot.boundaries, tf.int64))
-
-    def select(self, step):
-        """In the step: makes `current` the mask of the interval `step` is in."""
-        step = tf.reshape(tf.cast(step, tf.int64), [1])
-        interval = tf.searchsorted(self.boundaries, step, side="right")[0]
-        self.current.assign(tf.gather(self.table, interval))
-
-
-class _VariableMasks(
-    collections.namedtuple("_VariableMasks", ["state", "layout", "keep"])
-):
-    """What masks one variable: its declared mask and a rule's keep mask.
-
-    Attributes:
-      state: the `_SlotState` of its declared mask, or None (a rule only, or
-        a mask that is never read because it freezes the variable whole).
-      layout: the `UnitLayout` of an `OutputMask` slot, else None.
-      keep: a rule's keep mask (a bool `tf.Variable` of the variable's shape),
-        or None.
-    """
-
-    def declared(self, current):
-        """The declared mask from the slot's `current` value (broadcastable)."""
-        current = tf.convert_to_tensor(current)
-        return current if self.layout is None else self.layout.expand(current)
-
-    def frozen_where(self, current):
-        """Where the declared mask (from the slot's `current` value) freezes an entry."""
-        return _is_frozen(self.declared(current))
-
-    def combined(self, current, keep):
-        """The mask in force: the declared one where kept, 0 where dropped."""
-        mask = None if current is None else self.declared(current)
-        if keep is None:
-            return mask
-        keep = tf.convert_to_tensor(keep)
-        if mask is None:
-            return keep
-        if mask.dtype == tf.bool:
-            return tf.logical_and(mask, keep)
-        return tf.where(keep, mask, tf.zeros([], mask.dtype))
 
 
 class GradientMasker:
@@ -245,8 +137,8 @@ class GradientMasker:
         self._span = span
         self._skip_frozen = skip_frozen
         self._slots = {}  # key -> MaskSlot
-        self._states = {}  # key -> _SlotState
-        self._by_index = {}  # variable position -> _VariableMasks
+        self._states = {}  # key -> slot_state.SlotState
+        self._by_index = {}  # variable position -> slot_state.VariableMasks
         self._needs = {}  # variable position -> step_plan.VariableNeeds
         self._rules = mask_rules.RuleState()  # the rules' keep masks
         self._traced = frozenset()  # positions of the rules the step runs
@@ -472,7 +364,7 @@ class GradientMasker:
                 slots[key] = slot._replace(table=np.ones_like(slot.table))
         step = int(self._step())
         needs = {
-            index: _needs(slot, i)
+            index: slot_state.variable_needs(slot, i)
             for slot in slots.values()
             for i, index in enumerate(slot.indices)
         }
@@ -498,13 +390,13 @@ class GradientMasker:
                 states[key] = None
                 retrace = retrace or self._states.get(key) is not None
                 continue
-            dtype = _state_dtype(slot, self._variables[slot.indices[0]].dtype)
+            dtype = slot_state.state_dtype(slot, self._variables[slot.indices[0]].dtype)
             state = self._states.get(key)
             if state is not None and state.structure == (slot.structure, dtype):
                 state.assign(slot, step)
                 states[key] = state
                 continue
-            state = _SlotState(slot, dtype)
+            state = slot_state.SlotState(slot, dtype)
             state.assign(slot, step)
             states[key] = state
             if slot.backprop:
@@ -513,7 +405,7 @@ class GradientMasker:
         self._states = states
         self._slots = slots
         self._by_index = {
-            index: _VariableMasks(
+            index: slot_state.VariableMasks(
                 states[key],
                 None if slot.layouts is None else slot.layouts[i],
                 self._rules.keeps.get(index),
@@ -523,7 +415,7 @@ class GradientMasker:
         }
         for index in ruled:
             if index not in self._by_index:
-                self._by_index[index] = _VariableMasks(None, None, self._rules.keeps[index])
+                self._by_index[index] = slot_state.VariableMasks(None, None, self._rules.keeps[index])
         self._needs = needs
         self._version = version
         return self.replan(step) or retrace
@@ -672,7 +564,7 @@ class GradientMasker:
         if not dynamic:
             return None, tf.identity(handle)
         masks = self._by_index[index]
-        needed = tf.reduce_any(_is_frozen(masks.declared(masks.state.current)))
+        needed = tf.reduce_any(slot_state.is_frozen(masks.declared(masks.state.current)))
         value = tf.cond(
             needed,
             lambda: tf.identity(handle),
@@ -707,7 +599,7 @@ class GradientMasker:
                         value = tf.convert_to_tensor(target)
                         if restores:
                             kept, current = values[:2]
-                            frozen = _is_frozen(entry.declared(current))
+                            frozen = slot_state.is_frozen(entry.declared(current))
                             value = tf.where(frozen, tf.reshape(kept, tf.shape(value)), value)
                         if entry.keep is not None:
                             value = _where_masked(value, values[-1])
@@ -742,18 +634,6 @@ def _zeroes_state(optimizer, variable, traced):
     """
     return dropped_entries.keeps_dropped_entries_at_zero(optimizer, variable) and not (
         traced and internals.tracing_for_xla()
-    )
-
-
-def _needs(slot, i):
-    """The `VariableNeeds` of the `i`-th variable a slot covers."""
-    if slot.layouts is None:
-        return step_plan.VariableNeeds.from_masks(slot.boundaries, slot.table)
-    layout = slot.layouts[i]
-    return step_plan.VariableNeeds.from_masks(
-        slot.boundaries,
-        [layout.expand_numpy(values) for values in slot.table],
-        has_shared=layout.has_shared,
     )
 
 
