@@ -19,7 +19,6 @@ import maskfit
 from maskfit import dropped_entries
 from maskfit import model as model_lib
 from maskfit import pruning
-from maskfit.pruning import rule as rule_lib
 
 
 def data(n=32, inputs=8, outputs=4, seed=0):
