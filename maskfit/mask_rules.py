@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from maskfit import internals
 from maskfit import mask_config
+from maskfit import slot_state
 
 __all__ = [
     "MaskRule",
@@ -407,7 +408,7 @@ class RuleState:
             if index in frozen:
                 continue
             for target in (variables[index],) + tuple(state.get(index, ())):
-                target.assign(_drop(target, keep))
+                target.assign(slot_state.where_masked(target, keep))
 
     def _update_one(self, distribution, rule, step, variable, index, declared, state):
         """New keep mask for one variable; the weights it drops (and `state`) set to +0.0."""
@@ -429,7 +430,7 @@ class RuleState:
             return keep.assign(kept)
 
         def drop(weights, keep):
-            return weights.assign(_drop(weights, keep))
+            return weights.assign(slot_state.where_masked(weights, keep))
 
         assigned = distribution.extended.update(
             keep_variable, new_keep, args=(variable,) + current, group=False
@@ -443,9 +444,3 @@ class RuleState:
                     )
                 )
         return tf.group(tf.nest.flatten(dropped))
-
-
-def _drop(weights, keep):
-    """`weights` with +0.0 where `keep` is False (NaN and Inf included)."""
-    value = tf.convert_to_tensor(weights)
-    return tf.where(keep, value, tf.zeros([], value.dtype))

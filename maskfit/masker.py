@@ -43,24 +43,15 @@ def moves_zero_gradient_entries(optimizer, variable):
     return any(settings) or variable.constraint is not None
 
 
-def _where_masked(gradient, mask):
-    # One kernel, not three (compare, multiply, select): `multiply_no_nan`
-    # gives +0 wherever the mask is 0, even for a NaN or Inf gradient, and
-    # `gradient * mask` elsewhere (the gradient itself where a bool mask is
-    # True). In graph mode this halves the masking cost per entry, and a bool
-    # mask cast to 0/1 costs about half a select; XLA fuses either form.
-    return tf.math.multiply_no_nan(gradient, tf.cast(mask, gradient.dtype))
-
-
 def _mask_gradient(gradient, mask):
     if isinstance(gradient, tf.IndexedSlices):
         # `mask` has the variable's rank; a size-1 first axis broadcasts
         # against the gathered rows, any other is gathered with them.
         same = mask.shape[0] == 1
         rows = mask if same else tf.gather(mask, gradient.indices)
-        values = _where_masked(gradient.values, rows)
+        values = slot_state.where_masked(gradient.values, rows)
         return tf.IndexedSlices(values, gradient.indices, gradient.dense_shape)
-    return _where_masked(gradient, mask)
+    return slot_state.where_masked(gradient, mask)
 
 
 def variable_handle(variable):
@@ -602,7 +593,7 @@ class GradientMasker:
                             frozen = slot_state.is_frozen(entry.declared(current))
                             value = tf.where(frozen, tf.reshape(kept, tf.shape(value)), value)
                         if entry.keep is not None:
-                            value = _where_masked(value, values[-1])
+                            value = slot_state.where_masked(value, values[-1])
                         return target.assign(value)
 
                     if needed is None:
