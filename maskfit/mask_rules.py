@@ -16,8 +16,10 @@ The rule's Python code is traced into the step once: new keep masks need no
 retrace, a new rule object does. A rule that says when its updates end
 (`MaskRule.last_update_step`) is left out of steps traced after that, and
 one whose only update left is the first step of a call is applied just
-before the call, outside the compiled step (`GradientMasker.prepare`). Rules go into the model's config, so saving
-and loading a `MaskedModel` keeps them; the keep masks go into its weights.
+before the call, outside the compiled step (`GradientMasker.prepare`).
+Rules go into the model's config, so saving and loading a `MaskedModel`
+keeps them; the keep masks go into its weights. `rule_state.RuleState`
+holds the keep masks and runs the rules in the step.
 
 `maskfit.pruning` is built on this: `prune_low_magnitude` declares a
 `MagnitudePruning` rule.
@@ -28,17 +30,13 @@ import collections
 import itertools
 
 import keras
-import numpy as np
-import tensorflow as tf
 
 from maskfit import internals
 from maskfit import mask_config
-from maskfit import slot_state
 
 __all__ = [
     "MaskRule",
     "RuleGroup",
-    "RuleState",
     "get_rule",
     "layer_rules",
     "resolve_rules",
@@ -234,213 +232,3 @@ def rules_from_config(model, config, layer_paths):
         checked.append((layer, rule))
     for layer, rule in checked:
         set_rule(layer, rule)
-
-
-def _as_keep(mask):
-    """`mask` (bool or 0/1 numbers) as a bool tensor."""
-    mask = tf.convert_to_tensor(mask)
-    return mask if mask.dtype == tf.bool else tf.not_equal(mask, 0)
-
-
-class RuleState:
-    """The rules of one training step: their keep masks, and their update in the step.
-
-    Attributes:
-      keeps: `{variable position: keep mask}`, bool `tf.Variable`s of the
-        variables' shapes, made outside the step and kept while a rule covers
-        the variable.
-      groups: the `RuleGroup`s the step applies.
-    """
-
-    def __init__(self):
-        self.keeps = {}
-        self.groups = ()
-
-    def update(self, groups, variables):
-        """Makes a keep mask per covered variable, keeping existing ones; True to retrace.
-
-        The step traces each rule's code, so a rule object that changes (or a
-        variable that gains or loses one) needs a retrace; new keep values do
-        not.
-        """
-        keeps = {}
-        for index in sorted(i for group in groups for i in group.indices):
-            keep = self.keeps.get(index)
-            if keep is None:
-                variable = variables[index]
-                keep = tf.Variable(
-                    tf.ones(variable.shape, tf.bool),
-                    trainable=False,
-                    name="keep_" + variable.path.replace("/", "_"),
-                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-                )
-            keeps[index] = keep
-
-        def signature(gs):
-            return [(id(g.rule), g.indices) for g in gs]
-
-        retrace = set(keeps) != set(self.keeps) or signature(groups) != signature(
-            self.groups
-        )
-        self.keeps, self.groups = keeps, tuple(groups)
-        return retrace
-
-    def in_step_from(self, step, prepared):
-        """Positions in `groups` of the rules a step traced at optimizer `step` runs.
-
-        Those that may update after `step`, or at it unless `prepared` (the
-        caller applies those due at the first step of a call before it, with
-        `due_at`). A rule without a bound (`last_update_step()` None) always.
-        """
-        found = set()
-        for number, group in enumerate(self.groups):
-            last = group.rule.last_update_step()
-            if last is None or last > step or (last == step and not prepared):
-                found.add(number)
-        return frozenset(found)
-
-    def due_at(self, step, in_step):
-        """The rules outside the step (not in `in_step`) that update at `step`.
-
-        Returns their positions in `groups`, or None when one of them may
-        update after `step` (the optimizer went back): the step must then be
-        traced with it.
-        """
-        due = set()
-        for number, group in enumerate(self.groups):
-            if number in in_step:
-                continue
-            last = group.rule.last_update_step()
-            if last is None or last > step:
-                return None
-            if last == step:
-                due.add(number)
-        return due
-
-    def indices_of(self, numbers):
-        """Positions of the variables the rules at `numbers` (in `groups`) cover."""
-        return {i for number in numbers for i in self.groups[number].indices}
-
-    def load(self, values):
-        """Assigns keep masks `{position: bool array}`; returns those it has none for."""
-        rest = {}
-        for index, value in values.items():
-            keep = self.keeps.get(index)
-            if keep is None or tuple(keep.shape) != np.shape(value):
-                rest[index] = value
-            else:
-                keep.assign(np.asarray(value, bool))
-        return rest
-
-    def apply(self, step, variables, frozen, declared, state=None, only=None):
-        """In the step: runs each rule that updates at optimizer `step` (traced once).
-
-        A rule that updates gets new keep masks for its variables, and the
-        weights it drops are set to +0.0, with the optimizer state listed for
-        them in `state`. Under a distribution strategy this runs in
-        cross-replica context, and each replica computes the same mask.
-
-        Args:
-          step: the optimizer's `iterations` (a variable or tensor).
-          variables: the step's `tf.Variable`s, in its order.
-          frozen: positions left out of the step (their masks are not updated).
-          declared: `{position: (current, frozen_where)}` for variables with a
-            declared mask: its state variable, and a function of its value
-            that says where it freezes an entry (those are never dropped).
-          state: `{position: [variables of its shape]}`, the optimizer state
-            whose dropped entries are set to 0 with the weights
-            (`maskfit.dropped_entries`); none by default.
-          only: positions in `groups` of the rules to run; all by default.
-            Called eagerly (outside the step) this runs them at once.
-        """
-        state = state or {}
-        groups = [
-            (group.rule, [i for i in group.indices if i not in frozen])
-            for number, group in enumerate(self.groups)
-            if only is None or number in only
-        ]
-        groups = [(rule, indices) for rule, indices in groups if indices]
-        if not groups:
-            return
-
-        def apply_all(distribution):
-            value = step.value if isinstance(step, keras.Variable) else step
-            current_step = tf.cast(tf.convert_to_tensor(value), tf.int64)
-            for rule, indices in groups:
-
-                def update(rule=rule, indices=indices):
-                    ops = [
-                        self._update_one(
-                            distribution,
-                            rule,
-                            current_step,
-                            variables[i],
-                            i,
-                            declared.get(i),
-                            state.get(i, ()),
-                        )
-                        for i in indices
-                    ]
-                    with tf.control_dependencies(ops):
-                        return tf.constant(True)
-
-                tf.cond(
-                    rule.should_update(current_step), update, lambda: tf.constant(False)
-                )
-
-        internals.merge_call(apply_all, tf.distribute.get_strategy())
-
-    def settle(self, variables, frozen, state):
-        """Sets every dropped entry to +0.0, in the weights and in `state` (eagerly).
-
-        Outside the step, before the first call of a newly traced one: a
-        step that relies on the optimizer keeping dropped entries at 0
-        (`maskfit.dropped_entries`) needs their state 0, whatever ran before
-        (a step under XLA, which zeroes after each update instead, or weights
-        set by hand).
-
-        Args:
-          variables: the step's `tf.Variable`s, in its order.
-          frozen: positions left out of the step.
-          state: `{position: [variables of its shape]}`, as for `apply`.
-        """
-        for index, keep in self.keeps.items():
-            if index in frozen:
-                continue
-            for target in (variables[index],) + tuple(state.get(index, ())):
-                target.assign(slot_state.where_masked(target, keep))
-
-    def _update_one(self, distribution, rule, step, variable, index, declared, state):
-        """New keep mask for one variable; the weights it drops (and `state`) set to +0.0."""
-        keep_variable = self.keeps[index]
-        current = () if declared is None else (declared[0],)
-
-        def new_keep(keep, weights, *values):
-            weights = tf.convert_to_tensor(weights)
-            protected = None
-            if values:
-                # Entries the declared mask freezes (and that are kept) stay.
-                frozen = declared[1](values[0])
-                protected = tf.logical_and(
-                    tf.broadcast_to(frozen, tf.shape(weights)), keep
-                )
-            kept = _as_keep(rule.keep_mask(step, weights, protected))
-            if protected is not None:
-                kept = tf.logical_or(kept, protected)
-            return keep.assign(kept)
-
-        def drop(weights, keep):
-            return weights.assign(slot_state.where_masked(weights, keep))
-
-        assigned = distribution.extended.update(
-            keep_variable, new_keep, args=(variable,) + current, group=False
-        )
-        dropped = []
-        with tf.control_dependencies(tf.nest.flatten(assigned)):
-            for target in (variable,) + tuple(state):
-                dropped.append(
-                    distribution.extended.update(
-                        target, drop, args=(keep_variable,), group=False
-                    )
-                )
-        return tf.group(tf.nest.flatten(dropped))

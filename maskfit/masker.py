@@ -9,6 +9,7 @@ from maskfit import dropped_entries
 from maskfit import internals
 from maskfit import mask_rules
 from maskfit import plan
+from maskfit import rule_state
 from maskfit import slot_state
 from maskfit import step_plan
 from maskfit.plan import resolve_masks
@@ -131,7 +132,7 @@ class GradientMasker:
         self._states = {}  # key -> slot_state.SlotState
         self._by_index = {}  # variable position -> slot_state.VariableMasks
         self._needs = {}  # variable position -> step_plan.VariableNeeds
-        self._rules = mask_rules.RuleState()  # the rules' keep masks
+        self._rules = rule_state.RuleState()  # the rules' keep masks
         self._traced = frozenset()  # positions of the rules the step runs
         self._prepares = prepares
         self._due = False  # whether `prepare` is to run before the next call
