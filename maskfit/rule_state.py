@@ -8,6 +8,8 @@ which rules a step traced at a given optimizer step must run (`in_step_from`,
 `due_at`). `masker.GradientMasker` owns one.
 """
 
+import numbers
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -76,7 +78,7 @@ class RuleState:
         """
         found = set()
         for number, group in enumerate(self.groups):
-            last = group.rule.last_update_step()
+            last = _last_update(group)
             if last is None or last > step or (last == step and not prepared):
                 found.add(number)
         return frozenset(found)
@@ -92,7 +94,7 @@ class RuleState:
         for number, group in enumerate(self.groups):
             if number in in_step:
                 continue
-            last = group.rule.last_update_step()
+            last = _last_update(group)
             if last is None or last > step:
                 return None
             if last == step:
@@ -226,3 +228,19 @@ class RuleState:
                     )
                 )
         return tf.group(tf.nest.flatten(dropped))
+
+
+def _last_update(group):
+    """The group's `rule.last_update_step()`: None or an int, else a TypeError."""
+    last = group.rule.last_update_step()
+    if last is None or (
+        isinstance(last, numbers.Integral) and not isinstance(last, bool)
+    ):
+        return None if last is None else int(last)
+    raise TypeError(
+        f"The mask rule {type(group.rule).__name__} on layer '{group.layer.name}':"
+        " last_update_step() must return None or an integer, the last optimizer"
+        " step at which should_update can be True. Received:"
+        f" {last!r} of type {type(last).__name__}. Return None when the rule has"
+        " no known last update."
+    )

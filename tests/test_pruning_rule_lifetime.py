@@ -140,6 +140,30 @@ def test_a_rules_last_update_is_in_optimizer_steps():
     assert two_of_four.last_update_step() == 0
 
 
+def test_a_bound_that_is_not_an_integer_is_one_clear_error_before_any_step():
+    class HalfStep(pruning.ConstantSparsity):
+        def last_pruning_step(self):
+            return 2.5
+
+    class TextBound(pruning.MagnitudePruning):
+        def last_update_step(self):
+            return "5"
+
+    with pytest.raises(TypeError, match=r"HalfStep.last_pruning_step\(\) must return"):
+        pruning.MagnitudePruning(HalfStep(0.5, 0, 10)).last_update_step()
+    model, body, _ = mlp()
+    declare(model, body, TextBound)
+    model.compile(optimizer="adam", loss="mse")
+    before = [v.numpy() for v in model.weights]
+    x, y = data()
+    with pytest.raises(
+        TypeError, match=r"TextBound on layer 'body'.*Received: '5' of type str"
+    ):
+        model.fit(x, y, batch_size=4, verbose=0)
+    for value, variable in zip(before, model.weights):
+        np.testing.assert_array_equal(variable.numpy(), value)
+
+
 # --- in training --------------------------------------------------------------
 
 

@@ -106,8 +106,17 @@ class MagnitudePruning(mask_rules.MaskRule):
         if self.sparsity_m_by_n is not None:
             return 0
         last = self.pruning_schedule.last_pruning_step()
+        if last is None:
+            return None
+        if not schedules._is_integer(last):
+            raise TypeError(
+                f"{type(self.pruning_schedule).__name__}.last_pruning_step() must"
+                " return None or an integer, the last step at which the schedule"
+                f" can prune. Received: {last!r} of type {type(last).__name__}."
+                " Return None when the schedule has no known end."
+            )
         # TF-MOT's step n is optimizer step n - 1.
-        return None if last is None else int(last) - 1
+        return int(last) - 1
 
     def keep_mask(self, step, weights, protected):
         scores = tf.math.abs(weights)
