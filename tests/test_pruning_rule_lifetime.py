@@ -303,3 +303,40 @@ def test_the_rule_comes_back_when_the_optimizer_goes_back(mode):
     np.testing.assert_array_equal(
         runs[pruning.MagnitudePruning][1] != 0, runs[InStep][1] != 0
     )
+
+
+class ConvNet(maskfit.MaskedModel):
+    """A subclassed model as users write it: built by Keras inside the first fit."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = keras.layers.Conv2D(
+            8, 3, padding="same", data_format="channels_first", name="conv"
+        )
+        self.flat = keras.layers.Flatten()
+        self.head = keras.layers.Dense(2, name="head")
+
+    def call(self, x):
+        return self.head(self.flat(self.conv(x)))
+
+
+def test_two_of_four_on_a_subclassed_model_built_inside_fit(mode):
+    model = ConvNet()
+    pruning.prune_low_magnitude(model, sparsity_m_by_n=(2, 4))
+    optimizer = keras.optimizers.AdamW(0.05, weight_decay=0.2)
+    model.compile(optimizer=optimizer, loss="mse", **mode)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 4, 4, 4)).astype("float32")  # channels first
+    y = rng.normal(size=(16, 2)).astype("float32")
+    check = PrunedStayZero(state=not mode.get("jit_compile"))
+    model.fit(x, y, batch_size=4, epochs=2, verbose=0, callbacks=[check])
+    assert check.steps == list(range(1, 9))
+    # Groups of 4 along the input axis (-2): 2 of each kept, in every kernel.
+    for kernel in (model.conv.kernel.numpy(), model.head.kernel.numpy()):
+        groups = np.moveaxis(kernel, -2, -1).reshape(-1, 4)
+        assert np.all(np.count_nonzero(groups, axis=-1) == 2), kernel.shape
+    # Traced anew without the rule, the next fit keeps all of it.
+    model.compile(optimizer=model.optimizer, loss="mse", **mode)
+    settled = PrunedStayZero()
+    model.fit(x, y, batch_size=4, verbose=0, callbacks=[settled])
+    assert settled.steps == list(range(9, 13))
