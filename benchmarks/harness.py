@@ -14,9 +14,9 @@ import numpy as np
 import tensorflow as tf
 
 import maskfit
-from maskfit import masker as masker_lib
 from maskfit import model as model_lib
-from maskfit import step_plan
+from maskfit.optim import traits
+from maskfit.step import plan as plan_lib
 
 COLUMNS = (
     "model",
@@ -116,15 +116,15 @@ def _memory(model):
     """Returns `(param, mask state, snapshot)` bytes of `model` after its first fit."""
     variables = model_lib.all_trainable_variables(model)
     params = sum(_nbytes(v) for v in variables)
-    masker = getattr(model, "_maskfit_masker", None)
+    masker = model_lib.masker_of(model)
     if masker is None:
         return params, 0, 0
     guarded = [
         variables[i]
         for i in masker.masked_indices
         if i not in masker.plan.frozen
-        and masker.plan.guarded[i] != step_plan.NEVER
-        and masker_lib.moves_zero_gradient_entries(model.optimizer, variables[i])
+        and masker.plan.guarded[i] != plan_lib.NEVER
+        and traits.moves_zero_gradient_entries(model.optimizer, variables[i])
     ]
     return params, masker.state_bytes(), sum(_nbytes(v) for v in guarded)
 

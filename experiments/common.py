@@ -14,6 +14,7 @@ import json
 import os
 
 import keras
+from absl import flags
 
 from maskfit import distribute
 from maskfit.scalars import SCALAR_METADATA  # noqa: F401 (re-exported)
@@ -24,6 +25,7 @@ __all__ = [
     "SCALAR_METADATA",
     "check_optimizer",
     "check_scale",
+    "define_scale_flags",
     "experiment_run",
     "make_optimizer",
     "strategy_and_precision",
@@ -151,3 +153,37 @@ def write_json(path, value):
     with open(path, "w") as f:
         json.dump(value, f, indent=2, sort_keys=True)
         f.write("\n")
+
+
+def define_scale_flags(flag_values=None):
+    """Defines the absl flags `--strategy` and `--precision`.
+
+    Call it once at module level in an experiment's `main.py`, next to its own
+    flags; then pass `FLAGS.strategy` and `FLAGS.precision` into the run's
+    config, and give them to `maskfit.distribute.make_strategy` and
+    `set_precision` there.
+
+    Args:
+      flag_values: the `absl.flags.FlagValues` to define them in; by default
+        `absl.flags.FLAGS`.
+
+    Returns:
+      A pair of `FlagHolder`s, `(strategy, precision)`.
+    """
+    flag_values = flags.FLAGS if flag_values is None else flag_values
+    strategy = flags.DEFINE_enum(
+        "strategy",
+        "default",
+        distribute.STRATEGIES,
+        "Where to train: 'default' (one device), 'mirrored' (all devices of"
+        " this machine) or 'multi_worker' (several machines, from TF_CONFIG).",
+        flag_values=flag_values,
+    )
+    precision = flags.DEFINE_enum(
+        "precision",
+        "float32",
+        distribute.PRECISIONS,
+        "Keras dtype policy to train in.",
+        flag_values=flag_values,
+    )
+    return strategy, precision

@@ -19,7 +19,6 @@ from absl import flags
 from experiments import common
 from experiments.learnable_scale_lib import Config
 from experiments.learnable_scale_lib import run
-from maskfit import distribute
 
 _DEFAULTS = Config()
 
@@ -44,7 +43,7 @@ flags.DEFINE_integer(
 flags.DEFINE_bool("jit_compile", _DEFAULTS.jit_compile, "Compile the step with XLA.")
 # --strategy and --precision; any strategy but 'default' needs
 # --steps_per_execution=1 --nojit_compile.
-distribute.define_scale_flags()
+common.define_scale_flags()
 flags.DEFINE_string("workdir", None, "Directory for the run's outputs.")
 flags.mark_flag_as_required("workdir")
 

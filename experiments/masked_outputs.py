@@ -12,9 +12,9 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from experiments import common
 from experiments.masked_outputs_lib import Config
 from experiments.masked_outputs_lib import run
-from maskfit import distribute
 
 _MODE = flags.DEFINE_enum(
     "mode",
@@ -47,7 +47,7 @@ _STEPS_PER_EXECUTION = flags.DEFINE_integer(
 )
 # Any strategy but 'default' needs --nojit_compile, and in fit mode
 # --steps_per_execution=1.
-_STRATEGY, _PRECISION = distribute.define_scale_flags()
+_STRATEGY, _PRECISION = common.define_scale_flags()
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where to write the results.")
 flags.mark_flag_as_required("workdir")
 

@@ -15,22 +15,22 @@ from maskfit import distribute
 from maskfit import layers
 from maskfit import pruning
 from maskfit.apply import apply_gradients
-from maskfit.declare import get_mask
-from maskfit.declare import set_mask
 from maskfit.gradients import custom_gradient
 from maskfit.gradients import reduce_to_shape
 from maskfit.model import MaskedModel
 from maskfit.model import MaskedSequential
-from maskfit.output_units import SHARED
-from maskfit.output_units import OutputUnits
-from maskfit.output_units import register_output_units
-from maskfit.output_units import units_along
-from maskfit.schedules import PiecewiseMask
-from maskfit.specs import ElementMask
-from maskfit.specs import OutputMask
+from maskfit.spec.declare import get_mask
+from maskfit.spec.declare import set_mask
+from maskfit.spec.masks import ElementMask
+from maskfit.spec.masks import OutputMask
+from maskfit.spec.schedule import PiecewiseMask
 from maskfit.summary import Summary
 from maskfit.summary import SummaryRow
 from maskfit.summary import summary
+from maskfit.units.declaration import SHARED
+from maskfit.units.declaration import OutputUnits
+from maskfit.units.declaration import units_along
+from maskfit.units.lookup import register_output_units
 
 __all__ = [
     "apply_gradients",

@@ -7,14 +7,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from maskfit import declare
 from maskfit import gradients
 from maskfit import internals
-from maskfit import masker as masker_lib
+from maskfit.spec import declare
+from maskfit.step import masker as masker_lib
+from maskfit.step import update
+from maskfit.paths import handle as variable_handle
 
 __all__ = ["apply_gradients"]
 
-_PLANS_ATTR = "_maskfit_apply_plans"
+_TARGETS_ATTR = "_maskfit_apply_targets"
 
 
 def apply_gradients(optimizer, grads, variables=None):
@@ -68,15 +70,15 @@ def apply_gradients(optimizer, grads, variables=None):
             f" keras.optimizers.Adam(). Received: {optimizer!r}"
         )
     grads, variables = _pairs_to_variables(grads, variables)
-    plan = _plan_for(optimizer, variables)
-    aligned = plan.align(grads)
-    checked = [plan.check(i, g) for i, g in enumerate(aligned)]
+    target = _target_for(optimizer, variables)
+    aligned = target.align(grads)
+    checked = [target.check(i, g) for i, g in enumerate(aligned)]
     if all(g is None for g in checked):
         raise ValueError(
             "apply_gradients received no gradient for any variable (all None or"
             " left out). Pass at least one gradient."
         )
-    plan.apply(optimizer, checked)
+    target.apply(optimizer, checked)
 
 
 def _is_variable(value):
@@ -121,8 +123,8 @@ def _pairs_to_variables(grads, variables):
     return [g for g, _ in items], [v for _, v in items]
 
 
-def _plan_for(optimizer, variables):
-    """Returns the cached `_Plan` for this optimizer and variable list."""
+def _target_for(optimizer, variables):
+    """Returns the cached `_Target` for this optimizer and variable list."""
     built = internals.optimizer_built_variables(optimizer) if optimizer.built else None
     if variables is None:
         if built is None:
@@ -140,16 +142,16 @@ def _plan_for(optimizer, variables):
                 f"apply_gradients `variables` must be Keras or TF variables; item"
                 f" {i} is {v!r} of type {type(v).__name__}."
             )
-    plans = getattr(optimizer, _PLANS_ATTR, None)
-    if plans is None:
-        plans = {}
-        object.__setattr__(optimizer, _PLANS_ATTR, plans)
+    targets = getattr(optimizer, _TARGETS_ATTR, None)
+    if targets is None:
+        targets = {}
+        internals.set_untracked(optimizer, _TARGETS_ATTR, targets)
     key = tuple(id(v) for v in variables)
-    plan = plans.get(key)
-    if plan is None:
-        plan = _Plan(variables, built)
-        plans[key] = plan
-    return plan
+    target = targets.get(key)
+    if target is None:
+        target = _Target(variables, built)
+        targets[key] = target
+    return target
 
 
 def _path(variable):
@@ -172,15 +174,15 @@ def _sum_axes(grad_shape, var_shape):
     return list(leading + stretched)
 
 
-class _Plan:
+class _Target:
     """What one optimizer needs to apply gradients to one variable list."""
 
     def __init__(self, variables, built):
         self.variables = variables
         if built is not None:
-            known = {id(masker_lib.variable_handle(v)) for v in built}
+            known = {id(variable_handle(v)) for v in built}
             for v in variables:
-                if id(masker_lib.variable_handle(v)) not in known:
+                if id(variable_handle(v)) not in known:
                     raise ValueError(
                         f"Variable '{_path(v)}' is not one the optimizer was built"
                         f" with; it updates {[_path(b) for b in built]}. Pass"
@@ -195,7 +197,7 @@ class _Plan:
         for i, p in enumerate(self.paths):
             self.by_path[p] = None if p in self.by_path else i
         self.by_handle = {
-            id(masker_lib.variable_handle(v)): i for i, v in enumerate(variables)
+            id(variable_handle(v)): i for i, v in enumerate(variables)
         }
         with tf.init_scope():
             self.masker = masker_lib.GradientMasker(
@@ -255,7 +257,7 @@ class _Plan:
                 "apply_gradients dict keys must be variable paths (str) or"
                 f" variable.value.ref(). Received key {key!r}."
             )
-        index = self.by_handle.get(id(masker_lib.variable_handle(variable)))
+        index = self.by_handle.get(id(variable_handle(variable)))
         if index is None:
             name = _path(variable)
             raise ValueError(
@@ -319,20 +321,15 @@ class _Plan:
     def apply(self, optimizer, grads):
         """Masks `grads` and applies them; left-out variables do not move."""
         with tf.init_scope():
-            self.masker.update()
+            self.masker.sync(0, prepared=False)
         if self.masker.scheduled:
             self.masker.begin_step(optimizer.iterations, optimizer)
         grads = self.masker.mask_gradients(grads)
         idle = [v for v, g in zip(self.variables, grads) if g is None]
         idle += self.untouched
-        inner = getattr(optimizer, "inner_optimizer", optimizer)
-        idle = idle if inner.use_ema else []
-        averages = masker_lib.ema_averages(optimizer, idle)
-        pinned = [masker_lib.variable_handle(v) for v in idle]
-        pinned += [masker_lib.variable_handle(a) for a in averages if a is not None]
-        snapshots = [tf.identity(v) for v in pinned]
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Gradients do not exist")
-            self.masker.apply(optimizer, grads, self.variables)
-        for target, snapshot in zip(pinned, snapshots):
-            target.assign(snapshot)
+        if not any(each.use_ema for each in internals.optimizers_within(optimizer)):
+            idle = []
+        with update.pinned(optimizer, idle):
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Gradients do not exist")
+                self.masker.apply(optimizer, grads)

@@ -1,8 +1,8 @@
 """Choosing where and in which precision to train: strategies, policies, flags.
 
-Experiments take `--strategy` and `--precision`; this module turns those names
-into a `tf.distribute.Strategy` and a global Keras dtype policy, so every entry
-point validates them the same way. `MaskedModel` itself needs nothing from
+Experiments take `--strategy` and `--precision` (`experiments.common` defines
+the flags); this module turns those names into a `tf.distribute.Strategy` and
+a global Keras dtype policy, so every entry point validates them the same way. `MaskedModel` itself needs nothing from
 here: build and compile it under any strategy's `scope()` and its masks hold.
 """
 
@@ -12,7 +12,6 @@ import tensorflow as tf
 __all__ = [
     "PRECISIONS",
     "STRATEGIES",
-    "define_scale_flags",
     "is_chief",
     "make_strategy",
     "set_precision",
@@ -149,41 +148,6 @@ def set_precision(name):
     previous = keras.config.dtype_policy().name
     keras.config.set_dtype_policy(name)
     return previous
-
-
-def define_scale_flags(flag_values=None):
-    """Defines the absl flags `--strategy` and `--precision`.
-
-    Call it once at module level in an experiment's `main.py`, next to its own
-    flags; then pass `FLAGS.strategy` and `FLAGS.precision` into the run's
-    config, and give them to `make_strategy` and `set_precision` there.
-
-    Args:
-      flag_values: the `absl.flags.FlagValues` to define them in; by default
-        `absl.flags.FLAGS`.
-
-    Returns:
-      A pair of `FlagHolder`s, `(strategy, precision)`.
-    """
-    from absl import flags  # Only experiments need absl.
-
-    flag_values = flags.FLAGS if flag_values is None else flag_values
-    strategy = flags.DEFINE_enum(
-        "strategy",
-        "default",
-        STRATEGIES,
-        "Where to train: 'default' (one device), 'mirrored' (all devices of"
-        " this machine) or 'multi_worker' (several machines, from TF_CONFIG).",
-        flag_values=flag_values,
-    )
-    precision = flags.DEFINE_enum(
-        "precision",
-        "float32",
-        PRECISIONS,
-        "Keras dtype policy to train in.",
-        flag_values=flag_values,
-    )
-    return strategy, precision
 
 
 def is_chief(strategy=None):

@@ -14,10 +14,23 @@ import tensorflow as tf
 
 __all__ = [
     "PRIVATE_MEMBERS",
-    "functional_class",
+    "OptimizerStructure",
+    "attention_output_dense",
     "call_has_training_arg",
     "compute_loss",
+    "conv_lstm_cell_class",
+    "ema_averages_by_variable",
+    "functional_class",
     "loss_tracker",
+    "merge_call",
+    "missing_members",
+    "optimizer_built_variables",
+    "optimizer_state",
+    "optimizers_within",
+    "reset_optimizer",
+    "set_untracked",
+    "sublayers",
+    "tracing_for_xla",
     "unscale_loss_for_distribution",
 ]
 
@@ -84,6 +97,18 @@ PRIVATE_MEMBERS = (
     ),
     (
         "keras.optimizers.Optimizer",
+        "_iterations",
+        "the step counter variable itself: `iterations` divides it by"
+        " `gradient_accumulation_steps`; rebuilding an optimizer keeps it.",
+    ),
+    (
+        "keras.optimizers.Optimizer",
+        "_learning_rate",
+        "the learning-rate variable (absent for a schedule): rebuilding an"
+        " optimizer keeps it, and it is not a per-variable slot.",
+    ),
+    (
+        "keras.optimizers.Optimizer",
         "_model_variables_moving_average",
         "the EMA averages, aligned with `_trainable_variables`: a frozen"
         " entry's average is pinned so that `finalize_variable_values` cannot"
@@ -121,6 +146,19 @@ PRIVATE_MEMBERS = (
 
 def _module(name):
     return importlib.import_module(name)
+
+
+def set_untracked(obj, name, value):
+    """Sets attribute `name` of a layer, model or optimizer, untracked.
+
+    Keras's `Layer.__setattr__` (and TensorFlow's `AutoTrackable` under it)
+    track what is assigned: lists and dicts become tracked wrappers,
+    variables join the layer's weights, and a built layer refuses new state.
+    maskfit's own bookkeeping on Keras objects (a layer's mask spec, rule and
+    unit-layout cache, the backprop gate's wrapped `call`, a model's training
+    lifecycle) is none of that: it is set past the trackers, here only.
+    """
+    object.__setattr__(obj, name, value)
 
 
 def functional_class():
@@ -186,13 +224,18 @@ def optimizer_built_variables(optimizer):
 
 
 def optimizers_within(optimizer):
-    """`optimizer` and every optimizer it wraps (loss scaling, per-variable maps)."""
+    """`optimizer` and every optimizer it wraps, depth first.
+
+    A `LossScaleOptimizer`'s `inner_optimizer`, a `MultiOptimizer`'s
+    `optimizers` (Keras 3.15+), and theirs.
+    """
     found = [optimizer]
-    inner = getattr(optimizer, "inner_optimizer", None)
-    if inner is not None:
-        found += optimizers_within(inner)
-    for child in getattr(optimizer, "_inner_optimizers", None) or ():
-        found += optimizers_within(child)
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        found += optimizers_within(optimizer.inner_optimizer)
+    multi = getattr(keras.optimizers, "MultiOptimizer", None)
+    if multi is not None and isinstance(optimizer, multi):
+        for child in optimizer.optimizers:
+            found += optimizers_within(child)
     return found
 
 

@@ -2,6 +2,7 @@
 
 import keras
 
+from maskfit import checks
 from maskfit.gradients import custom_gradient
 
 
@@ -31,7 +32,7 @@ def _check_shape(shape):
     except TypeError:
         dims = None
     if dims is None or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims
+        checks.is_integer(d) and d > 0 for d in dims
     ):
         raise ValueError(
             "Received an invalid value for `shape`, expected None (one scale per "

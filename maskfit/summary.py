@@ -6,10 +6,10 @@ from typing import NamedTuple
 import keras
 import numpy as np
 
-from maskfit import declare
-from maskfit import mask_rules
-from maskfit import masker as masker_lib
-from maskfit import model as model_lib
+from maskfit.model import training as model_lib
+from maskfit.spec import declare
+from maskfit.spec import rules
+from maskfit.step import declared
 
 __all__ = ["summary", "Summary", "SummaryRow"]
 
@@ -128,12 +128,12 @@ def summary(model, print_fn=print, step=None):
         optimizer = getattr(model, "optimizer", None)
         built = optimizer is not None and optimizer.built
         step = int(keras.ops.convert_to_numpy(optimizer.iterations)) if built else 0
-    entries = masker_lib.resolve_masks(
+    entries = declared.resolve_masks(
         declare.masked_layers(model), variables, step=step
     )
     pruned = {
         index
-        for group in mask_rules.resolve_rules(mask_rules.layer_rules(model), variables)
+        for group in rules.resolve_rules(rules.layer_rules(model), variables)
         for index in group.indices
     }
     keeps = model_lib.keep_masks(model)

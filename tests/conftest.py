@@ -7,7 +7,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
-from maskfit import masker as masker_lib  # noqa: E402
+from maskfit.step import masker as masker_lib  # noqa: E402
 
 # The three ways Keras runs a step; tests that promise exactness run in all.
 MODES = {

@@ -21,6 +21,7 @@ import tensorflow as tf
 from absl import flags
 
 import distributed_runs
+from experiments import common
 from maskfit import distribute
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -171,7 +172,7 @@ def test_set_precision_validates_and_returns_the_previous_policy():
 
 def test_scale_flags_parse_and_validate():
     flag_values = flags.FlagValues()
-    strategy, precision = distribute.define_scale_flags(flag_values)
+    strategy, precision = common.define_scale_flags(flag_values)
     flag_values(["prog"])
     assert (strategy.value, precision.value) == ("default", "float32")
     flag_values(["prog", "--strategy=multi_worker", "--precision=mixed_float16"])

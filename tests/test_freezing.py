@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import maskfit
-from maskfit import optimizer_slots
+from maskfit.optim import rebuild
 
 # Graph-mode tests also run with the masked update compiled by XLA (conftest).
 pytestmark = pytest.mark.fused_too
@@ -57,7 +57,7 @@ def test_a_layer_frozen_by_zeros_gets_no_gradient_no_slots_and_stays_exact(kind,
     for weight, old in zip(a.weights, before):
         np.testing.assert_array_equal(weight.numpy(), old)
     # Keras sees what trainable=False would show it: no slots, not trainable.
-    built = ids(optimizer_slots.built_variables(model.optimizer))
+    built = ids(rebuild.built_variables(model.optimizer))
     assert not built & ids(a.weights)
     assert built == ids(b.weights + head.weights)
     assert not ids(model.trainable_weights) & ids(a.weights)
@@ -110,12 +110,12 @@ def test_gradual_unfreezing_retraces_once_at_its_boundary(steps_per_execution):
     model.fit(x[:24], y[:24], batch_size=4, verbose=0)  # steps 0-5
     np.testing.assert_array_equal(a.kernel.numpy(), kernel)
     if steps_per_execution == 1:
-        assert not ids(optimizer_slots.built_variables(model.optimizer)) & ids(a.weights)
+        assert not ids(rebuild.built_variables(model.optimizer)) & ids(a.weights)
     # (With 4 steps per call, the call from step 4 may reach step 6: the step is
     # planned for both intervals there, and `a` gets its slots then.)
     model.fit(x, y, batch_size=4, epochs=2, verbose=0)  # steps 6-25
     assert np.all(a.kernel.numpy() != kernel)
-    assert ids(a.weights) <= ids(optimizer_slots.built_variables(model.optimizer))
+    assert ids(a.weights) <= ids(rebuild.built_variables(model.optimizer))
     assert TraceCounter.traces == 2  # the first trace, and one at the boundary
 
 
@@ -137,7 +137,7 @@ def test_a_variable_that_learns_again_starts_with_fresh_optimizer_state():
     assert np.any(momentum(a.kernel) != 0)
     maskfit.set_mask(a, maskfit.OutputMask([0] * 5))
     model.fit(x[:4], y[:4], batch_size=4, verbose=0)
-    assert not ids(optimizer_slots.built_variables(optimizer)) & ids(a.weights)
+    assert not ids(rebuild.built_variables(optimizer)) & ids(a.weights)
     maskfit.set_mask(a, None)
     model.make_train_function()  # what the next fit does first
     np.testing.assert_array_equal(momentum(a.kernel), np.zeros(a.kernel.shape))
@@ -175,7 +175,7 @@ def test_saved_and_loaded_models_keep_the_optimizer_state_of_the_learnable_varia
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # "Skipping variable loading..."
         loaded = keras.saving.load_model(tmp_path / "m.keras")
-    assert ids(optimizer_slots.built_variables(loaded.optimizer)) == ids(
+    assert ids(rebuild.built_variables(loaded.optimizer)) == ids(
         loaded.get_layer("b").weights + loaded.get_layer("head").weights
     )
     for mine, theirs in zip(model.optimizer.variables, loaded.optimizer.variables):

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from keras_versions import param_if_shipped
-from maskfit import optimizer_slots
+from maskfit.optim import rebuild
 
 OPTIMIZERS = {
     "Adam": lambda: keras.optimizers.Adam(0.1),
@@ -66,12 +66,12 @@ def belongs_to(path, name):
 def test_kept_variables_keep_every_slot_and_new_ones_start_fresh(name):
     a, b, c = variables()
     optimizer = OPTIMIZERS[name]()
-    assert optimizer_slots.rebuild(optimizer, [a, b])
+    assert rebuild.rebuild(optimizer, [a, b])
     train(optimizer, [a, b])
     before = state(optimizer)
 
-    assert optimizer_slots.rebuild(optimizer, [a, c])
-    assert [id(v) for v in optimizer_slots.built_variables(optimizer)] == [id(a), id(c)]
+    assert rebuild.rebuild(optimizer, [a, c])
+    assert [id(v) for v in rebuild.built_variables(optimizer)] == [id(a), id(c)]
     after = state(optimizer)
     # Everything that belonged to `a` or to the optimizer itself is unchanged;
     # `b`'s slots are gone.
@@ -109,21 +109,21 @@ def test_rebuilding_for_the_same_variables_changes_nothing(name):
     # would rebuild it and drop its slots.)
     a, b, _ = variables()
     optimizer = OPTIMIZERS[name]()
-    optimizer_slots.rebuild(optimizer, [a, b])
+    rebuild.rebuild(optimizer, [a, b])
     train(optimizer, [a, b])
     slots = list(optimizer.variables)
-    assert not optimizer_slots.rebuild(optimizer, [a, b])
+    assert not rebuild.rebuild(optimizer, [a, b])
     assert all(x is y for x, y in zip(optimizer.variables, slots))
 
 
 def test_the_optimizer_object_and_its_step_survive():
     a, b, c = variables()
     optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.1))
-    optimizer_slots.rebuild(optimizer, [a])
+    rebuild.rebuild(optimizer, [a])
     train(optimizer, [a], steps=4)
     iterations = int(optimizer.iterations.numpy())
     scale = float(optimizer.dynamic_scale.numpy())
-    optimizer_slots.rebuild(optimizer, [a, b, c])
+    rebuild.rebuild(optimizer, [a, b, c])
     assert int(optimizer.iterations.numpy()) == iterations == 4
     assert float(optimizer.dynamic_scale.numpy()) == scale
-    assert len(optimizer_slots.built_variables(optimizer.inner_optimizer)) == 3
+    assert len(rebuild.built_variables(optimizer.inner_optimizer)) == 3

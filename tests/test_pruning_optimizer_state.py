@@ -11,9 +11,9 @@ import keras
 import numpy as np
 import pytest
 
-from maskfit import dropped_entries
 from maskfit import model as model_lib
 from maskfit import pruning
+from maskfit.optim import traits
 
 # Prunes in steps 1, 3, 5 and 7 (to 0.75 from step 7): the optimizer has
 # history for entries dropped after step 1.
@@ -87,7 +87,7 @@ class DroppedStayZero(keras.callbacks.Callback):
             kept = pruning.kept_count(keep.size, done[-1][1]) if done else keep.size
             assert np.count_nonzero(keep) == kept, (variable.path, step)
             if self.state_zero:
-                for state in dropped_entries.state_of(self.model.optimizer, variable):
+                for state in traits.state_of(self.model.optimizer, variable):
                     np.testing.assert_array_equal(
                         np.asarray(state.numpy())[~keep], 0.0, err_msg=state.path
                     )
@@ -113,7 +113,7 @@ def fit_and_check(optimizer, mode, state_zero, constraint=None):
 @pytest.mark.parametrize("name", sorted(KEPT_AT_ZERO))
 def test_state_of_dropped_entries_is_zeroed_and_they_stay_zero(name):
     optimizer = KEPT_AT_ZERO[name]()
-    assert dropped_entries.keeps_dropped_entries_at_zero(optimizer, keras.Variable(1.0))
+    assert traits.keeps_dropped_entries_at_zero(optimizer, keras.Variable(1.0))
     fit_and_check(optimizer, {}, state_zero=True)
 
 
@@ -128,7 +128,7 @@ def test_every_mode_keeps_dropped_entries_zero(mode):
 @pytest.mark.parametrize("name", sorted(ZEROED_AFTER))
 def test_untrusted_optimizers_get_dropped_entries_zeroed_after_each_update(name):
     optimizer = ZEROED_AFTER[name]()
-    assert not dropped_entries.keeps_dropped_entries_at_zero(
+    assert not traits.keeps_dropped_entries_at_zero(
         optimizer, keras.Variable(1.0)
     )
     fit_and_check(optimizer, {}, state_zero=False)
@@ -145,7 +145,7 @@ def test_a_constraint_gets_dropped_entries_zeroed_after_each_update():
     shift = Shift()
     layer = keras.layers.Dense(2, kernel_constraint=shift)
     layer.build((None, 3))
-    assert not dropped_entries.keeps_dropped_entries_at_zero(
+    assert not traits.keeps_dropped_entries_at_zero(
         keras.optimizers.Adam(), layer.kernel
     )
     fit_and_check(keras.optimizers.Adam(0.05), {}, state_zero=False, constraint=shift)
@@ -154,7 +154,7 @@ def test_a_constraint_gets_dropped_entries_zeroed_after_each_update():
 def test_mixed_precision_loss_scaling_keeps_dropped_entries_zero():
     keras.config.set_dtype_policy("mixed_float16")
     optimizer = keras.optimizers.LossScaleOptimizer(KEPT_AT_ZERO["adamw"]())
-    assert dropped_entries.keeps_dropped_entries_at_zero(optimizer, keras.Variable(1.0))
+    assert traits.keeps_dropped_entries_at_zero(optimizer, keras.Variable(1.0))
     fit_and_check(optimizer, {}, state_zero=True)
 
 
@@ -168,6 +168,6 @@ def test_mixed_precision_loss_scaling_keeps_dropped_entries_zero():
     ids=["adam_epsilon_0", "rmsprop_epsilon_0", "loss_scaled_subclass"],
 )
 def test_what_could_divide_by_zero_or_override_the_update_is_not_trusted(optimizer):
-    assert not dropped_entries.keeps_dropped_entries_at_zero(
+    assert not traits.keeps_dropped_entries_at_zero(
         optimizer, keras.Variable(1.0)
     )

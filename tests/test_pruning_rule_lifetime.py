@@ -16,9 +16,9 @@ import pytest
 import tensorflow as tf
 
 import maskfit
-from maskfit import dropped_entries
 from maskfit import model as model_lib
 from maskfit import pruning
+from maskfit.optim import traits
 
 
 def data(n=32, inputs=8, outputs=4, seed=0):
@@ -73,17 +73,17 @@ class PrunedStayZero(keras.callbacks.Callback):
             value = variable.numpy()
             np.testing.assert_array_equal(value[~keep], 0.0)
             assert not np.signbit(value[~keep]).any(), variable.path
-            if self.state and dropped_entries.keeps_dropped_entries_at_zero(
+            if self.state and traits.keeps_dropped_entries_at_zero(
                 self.model.optimizer, variable
             ):
-                for slot in dropped_entries.state_of(self.model.optimizer, variable):
+                for slot in traits.state_of(self.model.optimizer, variable):
                     np.testing.assert_array_equal(slot.numpy()[~keep], 0.0)
         self.steps.append(int(self.model.optimizer.iterations.numpy()))
 
 
 def declare(model, body, rule_class, **rule):
     pruning.prune_low_magnitude(model)  # the model's rule: the head's
-    maskfit.mask_rules.set_rule(
+    maskfit.spec.rules.set_rule(
         body,
         rule_class(rule.pop("schedule", pruning.ConstantSparsity(0.5, 0)), **rule),
     )
@@ -255,7 +255,7 @@ def test_state_left_by_an_xla_step_is_settled_before_a_step_that_relies_on_it():
     x, y = data()
     model.fit(x, y, batch_size=4, verbose=0)  # prunes in step 4, moments not 0
     keep = model_lib.keep_masks(model)[0]
-    moments = dropped_entries.state_of(optimizer, body.kernel)
+    moments = traits.state_of(optimizer, body.kernel)
     assert any(np.any(m.numpy()[~keep] != 0) for m in moments)  # what XLA left
     model.compile(optimizer=optimizer, loss="mse", jit_compile=False)
     check = PrunedStayZero()

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import maskfit
-from maskfit import mask_rules
 from maskfit import model as model_lib
 from maskfit import pruning
+from maskfit.spec import rules as mask_rules
 
 
 # Prunes in steps 2, 4 and 6 (the n-th batch is step n), to 0.8 from step 6.

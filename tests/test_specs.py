@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import maskfit
-from maskfit import masker
+from maskfit.spec import declare
+from maskfit.step import declared
 
 
 def built_dense(units, input_dim=3, **kwargs):
@@ -50,11 +51,11 @@ def test_masks_are_found_in_sequential_subclassed_and_nested_models():
 
     inputs = keras.Input((4,))
     model = maskfit.MaskedModel(inputs, Block()(inner(inputs)))
-    found = {layer.name for layer, _ in maskfit.declare.masked_layers(model)}
+    found = {layer.name for layer, _ in declare.masked_layers(model)}
     assert inner.layers[1].name in found
     assert len(found) == 2
-    entries = masker.resolve_masks(
-        maskfit.declare.masked_layers(model), model.trainable_variables
+    entries = declared.resolve_masks(
+        declare.masked_layers(model), model.trainable_variables
     )
     assert len(entries) == 4  # kernel and bias of both masked Dense layers
 

@@ -1,16 +1,16 @@
 """TF-MOT's pruning callbacks: `UpdatePruningStep` (not needed) and `PruningSummaries`."""
 
-import numbers
 import os
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from maskfit import mask_rules
+from maskfit import checks
 from maskfit import model as model_lib
 from maskfit import scalars
 from maskfit.pruning import rule as rule_lib
+from maskfit.spec import rules as mask_rules
 
 __all__ = ["PruningSummaries", "UpdatePruningStep"]
 
@@ -82,9 +82,7 @@ class PruningSummaries(keras.callbacks.Callback):
         if update_freq == "batch":
             update_freq = 1
         valid = update_freq == "epoch" or (
-            isinstance(update_freq, numbers.Integral)
-            and not isinstance(update_freq, bool)
-            and update_freq > 0
+            checks.is_integer(update_freq) and update_freq > 0
         )
         if not valid:
             raise ValueError(

@@ -5,6 +5,7 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
+from maskfit import checks
 from maskfit import internals
 
 __all__ = ["kept_count", "magnitude_mask"]
@@ -264,8 +265,4 @@ def _check_m_by_n(m_by_n, where):
 
 
 def _is_positive_int(value):
-    return (
-        isinstance(value, numbers.Integral)
-        and not isinstance(value, bool)
-        and value > 0
-    )
+    return checks.is_integer(value) and value > 0

@@ -5,11 +5,11 @@ import copy
 import keras
 
 from maskfit import internals
-from maskfit import mask_rules
 from maskfit import model as model_lib
 from maskfit.pruning import registry
 from maskfit.pruning import rule as rule_lib
 from maskfit.pruning import schedules
+from maskfit.spec import rules as mask_rules
 
 __all__ = ["PrunedModel", "prune_low_magnitude", "strip_pruning"]
 

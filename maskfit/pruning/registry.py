@@ -6,7 +6,7 @@ import collections
 import keras
 
 from maskfit import internals
-from maskfit.keras_layers import LAYERS
+from maskfit.units.keras_layers import LAYERS
 
 __all__ = [
     "PrunableLayer",

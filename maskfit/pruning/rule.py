@@ -3,10 +3,10 @@
 import keras
 import tensorflow as tf
 
-from maskfit import mask_rules
 from maskfit.pruning import magnitude
 from maskfit.pruning import registry
 from maskfit.pruning import schedules
+from maskfit.spec import rules as mask_rules
 
 __all__ = ["MagnitudePruning"]
 
@@ -105,18 +105,12 @@ class MagnitudePruning(mask_rules.MaskRule):
     def last_update_step(self):
         if self.sparsity_m_by_n is not None:
             return 0
-        last = self.pruning_schedule.last_pruning_step()
-        if last is None:
-            return None
-        if not schedules._is_integer(last):
-            raise TypeError(
-                f"{type(self.pruning_schedule).__name__}.last_pruning_step() must"
-                " return None or an integer, the last step at which the schedule"
-                f" can prune. Received: {last!r} of type {type(last).__name__}."
-                " Return None when the schedule has no known end."
-            )
+        last = mask_rules.checked_last_step(
+            self.pruning_schedule.last_pruning_step(),
+            f"{type(self.pruning_schedule).__name__}.last_pruning_step()",
+        )
         # TF-MOT's step n is optimizer step n - 1.
-        return int(last) - 1
+        return None if last is None else last - 1
 
     def keep_mask(self, step, weights, protected):
         scores = tf.math.abs(weights)

@@ -1,11 +1,12 @@
 """Pruning schedules: when to prune, and to which sparsity, with TF-MOT's semantics."""
 
 import abc
-import numbers
 
 import keras
 import numpy as np
 import tensorflow as tf
+
+from maskfit import checks
 
 __all__ = [
     "ConstantSparsity",
@@ -84,7 +85,7 @@ class PruningSchedule(abc.ABC):
             ("end_step", end_step),
             ("frequency", frequency),
         ):
-            if not _is_integer(value):
+            if not checks.is_integer(value):
                 raise TypeError(
                     f"{name} {arg} must be an integer (a training step count)."
                     f" Received: {arg}={value!r}"
@@ -117,7 +118,7 @@ class PruningSchedule(abc.ABC):
 
     def _validate_sparsity(self, sparsity, variable_name):
         """Raises unless `sparsity` is a number in [0, 1)."""
-        if not _is_real(sparsity) or not 0.0 <= sparsity < 1.0:
+        if not checks.is_real(sparsity) or not 0.0 <= sparsity < 1.0:
             raise ValueError(
                 f"{type(self).__name__} {variable_name} must be a number in [0, 1)"
                 f" (the fraction of entries pruned). Received:"
@@ -270,7 +271,7 @@ class PolynomialDecay(PruningSchedule):
             )
         self._validate_sparsity(initial_sparsity, "initial_sparsity")
         self._validate_sparsity(final_sparsity, "final_sparsity")
-        if not _is_real(power) or not np.isfinite(power) or power <= 0:
+        if not checks.is_real(power) or not np.isfinite(power) or power <= 0:
             raise ValueError(
                 f"PolynomialDecay power must be a finite number > 0. Received:"
                 f" power={power!r}"
@@ -280,7 +281,7 @@ class PolynomialDecay(PruningSchedule):
         self.begin_step = int(begin_step)
         self.end_step = int(end_step)
         # An int stays an int: TF-MOT's default power is the int 3.
-        self.power = power if _is_integer(power) else float(power)
+        self.power = power if checks.is_integer(power) else float(power)
         self.frequency = int(frequency)
 
     def __call__(self, step):
@@ -418,11 +419,3 @@ def _as_step(step):
             f" of dtype {step.dtype.name}: {step!r}"
         )
     return tf.cast(step, tf.int64)
-
-
-def _is_integer(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -24,9 +24,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import maskfit  # noqa: E402
-from maskfit import dropped_entries  # noqa: E402
 from maskfit import model as model_lib  # noqa: E402
 from maskfit import pruning  # noqa: E402
+from maskfit.optim import traits  # noqa: E402
 
 
 def replicas(variable):
@@ -67,7 +67,7 @@ def main(policy):
                 np.testing.assert_array_equal(value[~keep], 0.0)
                 assert np.count_nonzero(value) == np.count_nonzero(keep)
             # Momentum (and the loss scaler's nothing): 0 where pruned.
-            state = dropped_entries.state_of(model.optimizer, variables[index])
+            state = traits.state_of(model.optimizer, variables[index])
             assert state, variables[index].path
             for value in (v for slot in state for v in replicas(slot)):
                 np.testing.assert_array_equal(value[~keep], 0.0)

@@ -2,10 +2,12 @@
 
 `TABLE` maps built-in Keras layer classes with trainable weights to a
 function `layer -> OutputUnits`, or to one that raises the refusal with the
-reason; `maskfit.keras_recurrent_units` has the recurrent layers, their
-cells and wrappers (docs/output_mask.md has the whole table). Classes are
-matched exactly: a subclass may compute differently, so it needs its own
-declaration.
+reason; `NESTED` maps the attention layers, whose units are their output
+projection's, to a function `(layer, units_of) -> OutputUnits` that reads the
+inner layer's declaration with `units_of`. `maskfit.units.keras_recurrent`
+has the recurrent layers, their cells and wrappers (docs/output_mask.md has
+the whole table). Classes are matched exactly: a subclass may compute
+differently, so it needs its own declaration.
 """
 
 import re
@@ -13,20 +15,19 @@ import re
 import keras
 
 from maskfit import internals
-from maskfit.keras_layers import LAYERS
-from maskfit import probe as probe_lib
-from maskfit.output_units import SHARED
-from maskfit.output_units import OutputUnits
-from maskfit.output_units import output_units_of
-from maskfit.output_units import refusal
-from maskfit.output_units import units_along
+from maskfit.units import probe as probe_lib
+from maskfit.units.declaration import SHARED
+from maskfit.units.declaration import OutputUnits
+from maskfit.units.declaration import refusal
+from maskfit.units.declaration import units_along
+from maskfit.units.keras_layers import LAYERS
 
-__all__ = ["TABLE", "units_from_config"]
+__all__ = ["NESTED", "TABLE", "channel_axis", "present", "units_from_config"]
 
 L = LAYERS
 
 
-def _present(layer, ownership):
+def present(layer, ownership):
     """`ownership` (by variable name) restricted to the layer's own variables."""
     names = {v.name for v in layer.weights}
     return {name: own for name, own in ownership.items() if name in names}
@@ -53,7 +54,8 @@ def _negative(axis, rank):
     return axis if rank is None else axis % rank - rank
 
 
-def _channel_axis(layer):
+def channel_axis(layer):
+    """The axis of a conv-like layer's output that carries its channels."""
     return -1 if layer.data_format == "channels_last" else -(layer.rank + 1)
 
 
@@ -112,7 +114,7 @@ def _dense(layer):
         "bias": units_along(0),
         **_lora(units_along(-1)),
     }
-    return OutputUnits(layer.units, _present(layer, owned), output_axis=-1)
+    return OutputUnits(layer.units, present(layer, owned), output_axis=-1)
 
 
 def _embedding(layer):
@@ -123,7 +125,7 @@ def _embedding(layer):
     }
     return OutputUnits(
         layer.output_dim,
-        _present(layer, owned),
+        present(layer, owned),
         output_axis=-1,
         probe_inputs=_integer_inputs(layer, layer.input_dim),
     )
@@ -170,7 +172,7 @@ def _einsum_dense(layer):
     if units is None:
         shape = layer.compute_output_shape(layer.get_build_config()["input_shape"])
         units = shape[-1]
-    return OutputUnits(units, _present(layer, owned), output_axis=-1)
+    return OutputUnits(units, present(layer, owned), output_axis=-1)
 
 
 def _conv(layer):
@@ -181,14 +183,14 @@ def _conv(layer):
         "bias": units_along(0),
         **_lora(units_along(-1)),
     }
-    return OutputUnits(layer.filters, _present(layer, owned), _channel_axis(layer))
+    return OutputUnits(layer.filters, present(layer, owned), channel_axis(layer))
 
 
 def _conv_transpose(layer):
     # kernel: kernel_size + (filters, input channels).
     _check_channels_first_bias(layer, layer.filters)
     owned = {"kernel": units_along(-2), "bias": units_along(0)}
-    return OutputUnits(layer.filters, _present(layer, owned), _channel_axis(layer))
+    return OutputUnits(layer.filters, present(layer, owned), channel_axis(layer))
 
 
 def _depthwise(layer):
@@ -197,7 +199,7 @@ def _depthwise(layer):
     units = kernel.shape[-2] * kernel.shape[-1]
     _check_channels_first_bias(layer, units)
     owned = {"kernel": units_along((-2, -1)), "bias": units_along(0)}
-    return OutputUnits(units, _present(layer, owned), _channel_axis(layer))
+    return OutputUnits(units, present(layer, owned), channel_axis(layer))
 
 
 def _separable(layer):
@@ -207,7 +209,7 @@ def _separable(layer):
         "pointwise_kernel": units_along(-1),
         "bias": units_along(0),
     }
-    return OutputUnits(layer.filters, _present(layer, owned), _channel_axis(layer))
+    return OutputUnits(layer.filters, present(layer, owned), channel_axis(layer))
 
 
 # ----------------------------------------------------------- normalization
@@ -223,7 +225,7 @@ def _normalization(layer, names):
     variable = next(v for v in layer.trainable_weights if v.name in names)
     units = variable.shape[position]
     owned = {name: units_along(position) for name in names}
-    return OutputUnits(units, _present(layer, owned), _negative(unit_axis, rank))
+    return OutputUnits(units, present(layer, owned), _negative(unit_axis, rank))
 
 
 def _scale_offset(layer):
@@ -245,9 +247,9 @@ def _prelu(layer):
 # ---------------------------------------------------------------- attention
 
 
-def _attention_output(layer, output_dense):
+def _attention_output(layer, output_dense, units_of):
     """Only the output projection's entries belong to units; the rest mix them."""
-    inner = output_units_of(output_dense)
+    inner = units_of(output_dense)
     pairs = inner.pairs(output_dense)
     ids = {id(v) for v, _ in pairs}
     pairs += [(v, SHARED) for v in layer.trainable_weights if id(v) not in ids]
@@ -255,12 +257,12 @@ def _attention_output(layer, output_dense):
     return OutputUnits(inner.units, pairs, output_axis=(-1, None))
 
 
-def _multi_head_attention(layer):
-    return _attention_output(layer, layer.output_dense)
+def _multi_head_attention(layer, units_of):
+    return _attention_output(layer, layer.output_dense, units_of)
 
 
-def _group_query_attention(layer):
-    return _attention_output(layer, internals.attention_output_dense(layer))
+def _group_query_attention(layer, units_of):
+    return _attention_output(layer, internals.attention_output_dense(layer), units_of)
 
 
 def _scores_only(layer):
@@ -300,8 +302,6 @@ TABLE = {
     L.GroupNormalization: _scale_offset,
     L.RMSNormalization: _rms_norm,
     L.PReLU: _prelu,
-    L.MultiHeadAttention: _multi_head_attention,
-    L.GroupQueryAttention: _group_query_attention,
     L.Attention: _scores_only,
     L.AdditiveAttention: _scores_only,
     L.SpectralNormalization: _refused(
@@ -319,6 +319,12 @@ TABLE = {
         " (`psd` adds neighbouring bins, `stft` concatenates real and imaginary"
         " parts), so a bin is not one output unit"
     ),
+}
+
+
+NESTED = {
+    L.MultiHeadAttention: _multi_head_attention,
+    L.GroupQueryAttention: _group_query_attention,
 }
 
 

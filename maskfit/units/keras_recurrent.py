@@ -9,16 +9,15 @@ take their inner layers' declarations, shifted and re-axed.
 import keras
 import numpy as np
 
-from maskfit import probe as probe_lib
-from maskfit.keras_units import _channel_axis
-from maskfit.keras_units import _present
-from maskfit.output_units import SHARED
-from maskfit.output_units import OutputUnits
-from maskfit.output_units import output_units_of
-from maskfit.output_units import refusal
-from maskfit.output_units import units_along
+from maskfit.units import probe as probe_lib
+from maskfit.units.declaration import SHARED
+from maskfit.units.declaration import OutputUnits
+from maskfit.units.declaration import refusal
+from maskfit.units.declaration import units_along
+from maskfit.units.keras_tables import channel_axis
+from maskfit.units.keras_tables import present
 
-__all__ = ["TABLE"]
+__all__ = ["NESTED", "TABLE"]
 
 L = keras.layers
 
@@ -61,10 +60,10 @@ def _gate_cell(blocks, shared_blocks=(), outputs=3):
         units = getattr(cell, "units", None) or cell.filters
         gates = units_along(-1, blocks=blocks, shared_blocks=shared_blocks)
         owned = {"kernel": gates, "recurrent_kernel": gates, "bias": gates}
-        unit_axis = _channel_axis(cell) if hasattr(cell, "data_format") else -1
+        unit_axis = channel_axis(cell) if hasattr(cell, "data_format") else -1
         segments = ((unit_axis, 0, units),) * outputs  # (h, [h]) or (h, [h, c])
         return OutputUnits(
-            units, _present(cell, owned), segments, probes=[_cell_probe(cell, segments)]
+            units, present(cell, owned), segments, probes=[_cell_probe(cell, segments)]
         )
 
     return declare
@@ -78,9 +77,9 @@ def _gru_cell(cell):
     return _gate_cell(3, shared, outputs=2)(cell)
 
 
-def _stacked_cells(stacked):
+def _stacked_cells(stacked, units_of):
     last = stacked.cells[-1]
-    inner = output_units_of(last)
+    inner = units_of(last)
     pairs = inner.pairs(last)
     ids = {id(v) for v, _ in pairs}
     pairs += [(v, SHARED) for v in stacked.trainable_weights if id(v) not in ids]
@@ -94,11 +93,11 @@ def _stacked_cells(stacked):
     )
 
 
-def _rnn(layer):
+def _rnn(layer, units_of):
     cell = layer.cell
     # The cell of the ConvLSTM layers is not exported by keras.layers.
     conv_lstm = isinstance(layer, (L.ConvLSTM1D, L.ConvLSTM2D, L.ConvLSTM3D))
-    inner = _gate_cell(4)(cell) if conv_lstm else output_units_of(cell)
+    inner = _gate_cell(4)(cell) if conv_lstm else units_of(cell)
     segments = inner.outputs if layer.return_state else inner.outputs[:1]
     probe = _cell_probe(cell, inner.outputs, owner=layer)
     return OutputUnits(inner.units, inner.pairs(cell), segments, probes=[probe])
@@ -117,9 +116,9 @@ def _shift_segments(segments, by):
     )
 
 
-def _bidirectional(layer):
+def _bidirectional(layer, units_of):
     forward, backward = layer.forward_layer, layer.backward_layer
-    fwd, bwd = output_units_of(forward), output_units_of(backward)
+    fwd, bwd = units_of(forward), units_of(backward)
     axis = fwd.outputs[0][0]
     merge = layer.merge_mode
     if merge == "concat" and axis != -1:
@@ -152,9 +151,9 @@ def _bidirectional(layer):
     return OutputUnits(units, pairs, segments, probes=probes)
 
 
-def _time_distributed(layer):
+def _time_distributed(layer, units_of):
     inner_layer = layer.layer
-    inner = output_units_of(inner_layer)
+    inner = units_of(inner_layer)
     segments = tuple(
         None if s is None else (s[0] + 1 if s[0] >= 0 else s[0], *s[1:])
         for s in inner.outputs
@@ -171,6 +170,10 @@ TABLE = {
     L.SimpleRNNCell: _gate_cell(1, outputs=2),
     L.LSTMCell: _gate_cell(4),
     L.GRUCell: _gru_cell,
+}
+
+# Layers whose declaration reads their cells' or inner layers' (`units_of`).
+NESTED = {
     L.StackedRNNCells: _stacked_cells,
     L.RNN: _rnn,
     L.SimpleRNN: _rnn,

@@ -4,39 +4,26 @@ An entry belongs to output unit `u` when it affects unit `u` and no other unit
 in one call of the layer (for recurrent layers, in one cell step); entries
 that affect several units are *shared*. A layer says how its variables carry
 its units with an `OutputUnits` declaration: the built-in Keras layers in
-`maskfit.keras_units`, other layers through a `maskfit_output_units(self)`
-method or `register_output_units`. A layer with no declaration is refused,
-never guessed.
+`maskfit.units.keras_tables` and `keras_recurrent`, other layers through a
+`maskfit_output_units(self)` method or `maskfit.register_output_units`
+(`maskfit.units.lookup` finds the one that applies). A layer with no
+declaration is refused, never guessed.
 """
 
-import inspect
-import numbers
-
-import keras
-
-from maskfit import probe as probe_lib
+from maskfit import checks
+from maskfit.units import probe as probe_lib
 
 __all__ = [
+    "DECLARATION_METHOD",
     "SHARED",
     "OutputUnits",
     "UnitsAlong",
-    "has_declaration",
-    "output_units_of",
     "refusal",
-    "register_output_units",
-    "registry_version",
     "units_along",
-    "units_before_build",
 ]
 
+# The method a layer class defines to declare its own output units.
 DECLARATION_METHOD = "maskfit_output_units"
-_registry = {}
-_registry_version = [0]
-
-
-def registry_version():
-    """A number that changes each time `register_output_units` is called."""
-    return _registry_version[0]
 
 
 class _Shared:
@@ -106,10 +93,9 @@ def units_along(axis=-1, *, blocks=1, offset=0, shared_blocks=()):
     >>> maskfit.units_along(-1, blocks=4)  # an LSTM kernel (in, 4 * units)
     units_along((-1,), blocks=4, offset=0, shared_blocks=())
     """
-    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    axes = (axis,) if checks.is_integer(axis) else tuple(axis)
     numbers_ok = all(
-        isinstance(a, numbers.Integral) and not isinstance(a, bool)
-        for a in axes + (blocks, offset) + tuple(shared_blocks)
+        checks.is_integer(a) for a in axes + (blocks, offset) + tuple(shared_blocks)
     )
     if not numbers_ok or blocks < 1 or offset < 0:
         raise ValueError(
@@ -179,7 +165,7 @@ class OutputUnits:
     def __init__(
         self, units, variables, output_axis=-1, probe_inputs=None, probes=None
     ):
-        if not _is_int(units) or units < 1:
+        if not checks.is_integer(units) or units < 1:
             raise ValueError(
                 f"OutputUnits units must be a positive integer. Received: {units!r}"
             )
@@ -211,7 +197,12 @@ class OutputUnits:
                 )
             variable, ownership = item
             if isinstance(variable, str):
-                variable = _find_variable(layer, variable)
+                variable = checks.find_variable(
+                    layer,
+                    variable,
+                    layer.weights,
+                    f"The output-unit declaration of layer '{layer.name}'",
+                )
             if not isinstance(ownership, (UnitsAlong, _Shared)):
                 path = getattr(variable, "path", variable)
                 raise TypeError(
@@ -238,13 +229,9 @@ def _as_args(inputs):
     return tuple(inputs) if isinstance(inputs, tuple) else (inputs,)
 
 
-def _is_int(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def _segments(output_axis, units):
     """Canonical outputs: one `(axis, first_unit, stop or None)` or None per tensor."""
-    if _is_int(output_axis):
+    if checks.is_integer(output_axis):
         return ((int(output_axis), 0, units),)
     bad = ValueError(
         "OutputUnits output_axis must be an axis (int), or one entry per output"
@@ -257,12 +244,12 @@ def _segments(output_axis, units):
     for entry in output_axis:
         if entry is None:
             segments.append(None)
-        elif _is_int(entry):
+        elif checks.is_integer(entry):
             segments.append((int(entry), 0, units))
         elif (
             isinstance(entry, tuple)
             and len(entry) in (2, 3)
-            and all(_is_int(x) or x is None for x in entry)
+            and all(checks.is_integer(x) or x is None for x in entry)
         ):
             axis, first, *stop = entry
             segments.append((int(axis), int(first), stop[0] if stop else None))
@@ -271,23 +258,6 @@ def _segments(output_axis, units):
     if all(s is None for s in segments):
         raise bad
     return tuple(segments)
-
-
-def _find_variable(layer, name):
-    found = [
-        v
-        for v in layer.weights
-        if name in (v.name, v.path) or v.path.endswith("/" + name)
-    ]
-    if len(found) != 1:
-        names = [v.path for v in layer.weights]
-        what = "no" if not found else "several"
-        raise ValueError(
-            f"The output-unit declaration of layer '{layer.name}' names variable"
-            f" '{name}', which matches {what} variable of the layer. Its variables"
-            f" are {names}; pass the variable itself or its full path."
-        )
-    return found[0]
 
 
 def refusal(
@@ -299,129 +269,3 @@ def refusal(
         f"OutputMask cannot be used on layer '{layer.name}' ({cls.__module__}."
         f"{cls.__qualname__}): {reason}. {fix}"
     )
-
-
-def register_output_units(layer_class, declare):
-    """Declares the output units of a layer class you cannot (or do not) edit.
-
-    Args:
-      layer_class: a `keras.layers.Layer` subclass. The registration applies to
-        that exact class, not to its subclasses.
-      declare: a function `layer -> maskfit.OutputUnits` for a built layer;
-        or a layer class whose declaration also fits `layer_class` (e.g. a
-        subclass of `keras.layers.Dense` that keeps Dense's parameters); or
-        None to remove the registration.
-
-    Example:
-
-    >>> import keras, maskfit
-    >>> class MyDense(keras.layers.Dense):
-    ...     pass
-    >>> maskfit.register_output_units(MyDense, keras.layers.Dense)
-    >>> layer = MyDense(2)
-    >>> layer.build((None, 3))
-    >>> _ = maskfit.set_mask(layer, maskfit.OutputMask([1, 0]))
-    """
-    if not (
-        inspect.isclass(layer_class) and issubclass(layer_class, keras.layers.Layer)
-    ):
-        raise TypeError(
-            "register_output_units expects a keras.layers.Layer subclass first."
-            f" Received: {layer_class!r}"
-        )
-    if declare is None:
-        _registry.pop(layer_class, None)
-    elif inspect.isclass(declare):
-        if _declaring_function(declare) is None:
-            raise ValueError(
-                f"register_output_units({layer_class.__name__}, {declare.__name__}):"
-                f" {declare.__name__} has no output-unit declaration to reuse."
-            )
-        _registry[layer_class] = lambda layer: _declaring_function(declare)(layer)
-    elif callable(declare):
-        _registry[layer_class] = declare
-    else:
-        raise TypeError(
-            "register_output_units expects a function layer -> maskfit.OutputUnits,"
-            f" a layer class, or None. Received: {declare!r}"
-        )
-    _registry_version[0] += 1
-
-
-_builtin = {}
-
-
-def _builtin_table():
-    """The built-in Keras layers' declarations, by exact class."""
-    if not _builtin:
-        # Imported here: those modules build on this one.
-        from maskfit import keras_recurrent_units
-        from maskfit import keras_units
-
-        _builtin.update(keras_units.TABLE)
-        _builtin.update(keras_recurrent_units.TABLE)
-    return _builtin
-
-
-def _declaring_function(cls):
-    if cls in _registry:
-        return _registry[cls]
-    method = getattr(cls, DECLARATION_METHOD, None)
-    if method is not None:
-        return method
-    return _builtin_table().get(cls)
-
-
-def has_declaration(layer):
-    """Raises the refusal when nothing declares `layer`'s output units."""
-    if _declaring_function(type(layer)) is not None:
-        return
-    cls = type(layer)
-    base = next((b for b in cls.__mro__[1:] if b in _builtin_table()), None)
-    if base is not None:
-        reason = (
-            f"it subclasses keras.layers.{base.__name__}, whose layout is known, but a"
-            " subclass may compute differently, so it is not assumed"
-        )
-        fix = (
-            f"If it keeps {base.__name__}'s parameters and how they reach the outputs,"
-            f" call maskfit.register_output_units({cls.__name__},"
-            f" keras.layers.{base.__name__}); else declare it (docs/output_mask.md)"
-            " or use maskfit.ElementMask."
-        )
-    elif cls.__module__.startswith("keras."):
-        reason = "maskfit has no output-unit layout for this Keras layer"
-        fix = (
-            "Use maskfit.ElementMask, or declare it with"
-            f" maskfit.register_output_units({cls.__name__}, fn) (docs/output_mask.md)."
-        )
-    else:
-        reason = (
-            "the class does not declare which parameters belong to which output unit"
-        )
-        fix = (
-            f"Define `{DECLARATION_METHOD}(self)` returning maskfit.OutputUnits on the"
-            f" class, or call maskfit.register_output_units({cls.__name__}, fn) (see"
-            " docs/output_mask.md); or use maskfit.ElementMask."
-        )
-    raise refusal(layer, reason, fix)
-
-
-def output_units_of(layer):
-    """Returns the `OutputUnits` declared for built `layer`, or raises the refusal."""
-    has_declaration(layer)
-    declared = _declaring_function(type(layer))(layer)
-    if not isinstance(declared, OutputUnits):
-        raise TypeError(
-            f"The output-unit declaration of layer '{layer.name}' returned"
-            f" {declared!r}; expected a maskfit.OutputUnits."
-        )
-    return declared
-
-
-def units_before_build(layer):
-    """The number of output units known from an unbuilt layer's config, or None."""
-    from maskfit import keras_units
-
-    has_declaration(layer)
-    return keras_units.units_from_config(layer)

@@ -1,27 +1,34 @@
-"""Resolving the specs on layers into mask slots: which variables, which values, when."""
+"""The specs declared on a model's layers, resolved against the step's variables.
+
+`resolve_declared` turns each `(layer, spec)` into `DeclaredMask`s: which of
+the step's variables a mask covers, and its values at every interval of its
+schedule, as plain arrays read on the host. `maskfit.step.mask_state` keeps
+them as state in the step; `resolve_masks` reads them for reports.
+"""
 
 import collections
 
 import numpy as np
 
-from maskfit import specs
+from maskfit.spec import masks as specs
+from maskfit.spec import schedule
 
-__all__ = ["MaskEntry", "MaskSlot", "plan_masks", "resolve_masks"]
+__all__ = ["DeclaredMask", "MaskEntry", "resolve_declared", "resolve_masks"]
 
 
-class MaskSlot(
+class DeclaredMask(
     collections.namedtuple(
-        "MaskSlot",
+        "DeclaredMask",
         ["layer", "kind", "indices", "table", "boundaries", "backprop", "layouts"],
     )
 ):
-    """One mask, shared by the variables it covers.
+    """One declared mask, shared by the variables it covers.
 
-    An `OutputMask` makes one slot of shape `(units,)` for all the variables of
-    its layer that have entries owned by single units; each covered variable
-    has a `units.UnitLayout` that expands the `(units,)` values onto it, in
-    the step. An `ElementMask` makes one slot per named variable, of that
-    variable's shape. Variables whose every entry is shared get no slot.
+    An `OutputMask` makes one mask of shape `(units,)` for all the variables
+    of its layer that have entries owned by single units; each covered
+    variable has a `UnitLayout` that expands the `(units,)` values onto it,
+    in the step. An `ElementMask` makes one mask per named variable, of that
+    variable's shape. Variables whose every entry is shared get none.
 
     Attributes:
       layer: the layer that carries the spec.
@@ -43,11 +50,11 @@ class MaskSlot(
 
     def values_at(self, step):
         """The mask in force at optimizer step `step`."""
-        return self.table[int(np.searchsorted(self.boundaries, step, side="right"))]
+        return self.table[schedule.interval_at(self.boundaries, step)]
 
 
-def _output_slot(layer, spec, position):
-    """The slot of an `OutputMask` (or a schedule of them); None if nothing is owned."""
+def _output_mask(layer, spec, position):
+    """The mask of an `OutputMask` (or a schedule of them); None if nothing is owned."""
     boundaries, interval_specs = spec.schedule()
     resolved = interval_specs[0].layer_units(layer)
     for interval_spec in interval_specs[1:]:
@@ -60,7 +67,7 @@ def _output_slot(layer, spec, position):
     if not covered:
         return None
     indices, layouts = zip(*covered)
-    return MaskSlot(
+    return DeclaredMask(
         layer=layer,
         kind="output",
         indices=indices,
@@ -71,8 +78,8 @@ def _output_slot(layer, spec, position):
     )
 
 
-def _element_slots(layer, spec, position):
-    """One slot per named variable; its masks keep the shape they were given.
+def _element_masks(layer, spec, position):
+    """One mask per named variable; its values keep the shape they were given.
 
     Each interval's mask broadcasts to the variable; the table holds them at
     the smallest shape they all broadcast from, so a mask given as a scalar or
@@ -94,14 +101,14 @@ def _element_slots(layer, spec, position):
                 masks.append(np.asarray(mask, np.float32).reshape(
                     (1,) * (rank - np.ndim(mask)) + np.shape(mask)
                 ))
-    slots = {}
+    declared = {}
     for key, (indices, masks) in grouped.items():
         shape = tuple(max(sizes) for sizes in zip(*(m.shape for m in masks)))
         if len(masks) == 1 and masks[0].shape == shape:
             table = masks[0][None]  # a view of the spec's own array
         else:
             table = np.stack([np.broadcast_to(m, shape) for m in masks])
-        slots[key] = MaskSlot(
+        declared[key] = DeclaredMask(
             layer=layer,
             kind="element",
             indices=tuple(indices),
@@ -110,22 +117,23 @@ def _element_slots(layer, spec, position):
             backprop=spec.backprop,
             layouts=None,
         )
-    return slots
+    return declared
 
 
 def _is_output(spec):
     return isinstance(spec.schedule()[1][0], specs.OutputMask)
 
 
-def plan_masks(layer_specs, variables):
-    """Resolves `[(layer, spec)]` against the step's `variables` into slots.
+def resolve_declared(layer_specs, variables):
+    """Resolves `[(layer, spec)]` against the step's `variables`.
 
     Args:
       layer_specs: `[(layer, spec)]`, e.g. from `declare.masked_layers(model)`.
       variables: the trainable variables the step updates, in its order.
 
     Returns:
-      A dict from a slot key to its `MaskSlot`.
+      A dict from a key (stable while the layer and its spec kind are) to its
+      `DeclaredMask`.
 
     Raises:
       ValueError: when a spec does not fit its layer, a layer with a mask has no
@@ -133,7 +141,7 @@ def plan_masks(layer_specs, variables):
     """
     position = {id(v): i for i, v in enumerate(variables)}
     owner = {}
-    slots = {}
+    resolved = {}
     for layer, spec in layer_specs:
         if not layer.trainable_weights:
             raise ValueError(
@@ -142,12 +150,12 @@ def plan_masks(layer_specs, variables):
                 " set_mask(layer, None), or set layer.trainable = True."
             )
         if _is_output(spec):
-            slot = _output_slot(layer, spec, position)
-            planned = {} if slot is None else {(id(layer), "output"): slot}
+            mask = _output_mask(layer, spec, position)
+            masks = {} if mask is None else {(id(layer), "output"): mask}
         else:
-            planned = _element_slots(layer, spec, position)
-        for key, slot in planned.items():
-            for index in slot.indices:
+            masks = _element_masks(layer, spec, position)
+        for key, mask in masks.items():
+            for index in mask.indices:
                 if index in owner:
                     raise ValueError(
                         f"Variable '{variables[index].path}' is covered by the mask"
@@ -155,8 +163,8 @@ def plan_masks(layer_specs, variables):
                         f" '{layer.name}'. Declare its mask on one layer only."
                     )
                 owner[index] = layer
-            slots[key] = slot
-    return slots
+            resolved[key] = mask
+    return resolved
 
 
 class MaskEntry(
@@ -176,20 +184,21 @@ class MaskEntry(
 def resolve_masks(layer_specs, variables, step=0):
     """Maps positions in `variables` to their `MaskEntry` at optimizer `step`.
 
-    Unlike `plan_masks`, the variables of an `OutputMask` layer whose every
-    entry is shared are included (mask 1, all shared). Raises as `plan_masks`.
+    Unlike `resolve_declared`, the variables of an `OutputMask` layer whose
+    every entry is shared are included (mask 1, all shared). Raises as
+    `resolve_declared`.
     """
     entries = {}
-    for slot in plan_masks(layer_specs, variables).values():
-        values = slot.values_at(step)
-        for i, index in enumerate(slot.indices):
-            if slot.kind == "output":
-                layout = slot.layouts[i]
+    for mask in resolve_declared(layer_specs, variables).values():
+        values = mask.values_at(step)
+        for i, index in enumerate(mask.indices):
+            if mask.kind == "output":
+                layout = mask.layouts[i]
                 entries[index] = MaskEntry(
-                    slot.layer, "output", layout.expand_numpy(values), layout.shared
+                    mask.layer, "output", layout.expand_numpy(values), layout.shared
                 )
             else:
-                entries[index] = MaskEntry(slot.layer, "element", values, None)
+                entries[index] = MaskEntry(mask.layer, "element", values, None)
     position = {id(v): i for i, v in enumerate(variables)}
     for layer, spec in layer_specs:
         if not _is_output(spec):

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from maskfit import internals
 
-__all__ = ["built_variables", "rebuild"]
+__all__ = ["built_variables", "rebuild", "restart"]
 
 
 def built_variables(optimizer):
@@ -46,14 +46,14 @@ def rebuild(optimizer, variables, fresh=()):
     Example:
 
     >>> import keras
-    >>> from maskfit import optimizer_slots
+    >>> from maskfit.optim import rebuild as rebuild_lib
     >>> a, b = keras.Variable([1.0, 2.0]), keras.Variable([3.0])
     >>> optimizer = keras.optimizers.Adam()
-    >>> optimizer_slots.rebuild(optimizer, [a])
+    >>> rebuild_lib.rebuild(optimizer, [a])
     True
-    >>> optimizer_slots.rebuild(optimizer, [a, b])
+    >>> rebuild_lib.rebuild(optimizer, [a, b])
     True
-    >>> [tuple(v.shape) for v in optimizer_slots.built_variables(optimizer)]
+    >>> [tuple(v.shape) for v in rebuild_lib.built_variables(optimizer)]
     [(2,), (1,)]
     """
     variables = list(variables)
@@ -61,11 +61,11 @@ def rebuild(optimizer, variables, fresh=()):
         optimizer.build(variables)
         return True
     before = built_variables(optimizer)
-    restart = {id(v) for v in fresh}
+    fresh_ids = {id(v) for v in fresh}
     if [id(v) for v in before] == [id(v) for v in variables]:
-        _restart(optimizer, [v for v in variables if id(v) in restart])
+        restart(optimizer, [v for v in variables if id(v) in fresh_ids])
         return False
-    kept = {id(v) for v in before} - restart
+    kept = {id(v) for v in before} - fresh_ids
     old = [internals.optimizer_state(each) for each in internals.optimizers_within(optimizer)]
     snapshot = internals.OptimizerStructure(optimizer)
     internals.reset_optimizer(optimizer)
@@ -92,7 +92,7 @@ def rebuild(optimizer, variables, fresh=()):
     return True
 
 
-def _restart(optimizer, variables):
+def restart(optimizer, variables):
     """Puts the state `optimizer` has for `variables` back to a fresh build's."""
     if not variables:
         return

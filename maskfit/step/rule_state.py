@@ -1,21 +1,22 @@
 """`RuleState`: the keep masks of a step's rules, and their update in the step.
 
-`mask_rules` declares rules on layers and resolves them against a step's
-variables (`RuleGroup`s); a `RuleState` holds one keep mask per covered
+`maskfit.spec.rules` declares rules on layers and resolves them against a
+step's variables (`RuleGroup`s); a `RuleState` holds one keep mask per covered
 variable as state and applies the rules: in the step (`apply`, traced once),
 or eagerly just before a call (`apply(..., only=...)`, `settle`), and it says
 which rules a step traced at a given optimizer step must run (`in_step_from`,
-`due_at`). `masker.GradientMasker` owns one.
+`due_at`). `maskfit.step.masker.GradientMasker` owns one.
 """
-
-import numbers
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from maskfit import internals
-from maskfit import slot_state
+from maskfit import paths
+from maskfit.optim import traits
+from maskfit.spec import rules
+from maskfit.step import mask_state
 
 __all__ = ["RuleState"]
 
@@ -34,11 +35,16 @@ class RuleState:
         variables' shapes, made outside the step and kept while a rule covers
         the variable.
       groups: the `RuleGroup`s the step applies.
+      in_step: positions in `groups` of the rules the traced step runs (the
+        others are applied by `prepare`, outside it).
+      prepared: whether `prepare` runs before each new call of the step.
     """
 
     def __init__(self):
         self.keeps = {}
         self.groups = ()
+        self.in_step = frozenset()
+        self.prepared = False
 
     def update(self, groups, variables):
         """Makes a keep mask per covered variable, keeping existing ones; True to retrace.
@@ -78,12 +84,12 @@ class RuleState:
         """
         found = set()
         for number, group in enumerate(self.groups):
-            last = _last_update(group)
+            last = rules.last_update_of(group)
             if last is None or last > step or (last == step and not prepared):
                 found.add(number)
         return frozenset(found)
 
-    def due_at(self, step, in_step):
+    def due_at(self, step):
         """The rules outside the step (not in `in_step`) that update at `step`.
 
         Returns their positions in `groups`, or None when one of them may
@@ -92,18 +98,73 @@ class RuleState:
         """
         due = set()
         for number, group in enumerate(self.groups):
-            if number in in_step:
+            if number in self.in_step:
                 continue
-            last = _last_update(group)
+            last = rules.last_update_of(group)
             if last is None or last > step:
                 return None
             if last == step:
                 due.add(number)
         return due
 
-    def indices_of(self, numbers):
-        """Positions of the variables the rules at `numbers` (in `groups`) cover."""
-        return {i for number in numbers for i in self.groups[number].indices}
+    @property
+    def left_out(self):
+        """Whether a rule is left out of the step (applied by `prepare`)."""
+        return len(self.in_step) < len(self.groups)
+
+    def indices_in_step(self):
+        """Positions of the variables whose rule the step runs."""
+        return {i for number in self.in_step for i in self.groups[number].indices}
+
+    def zeroed(self, optimizer, variables):
+        """Positions whose dropped entries' optimizer state is 0 and stays 0 by itself.
+
+        Those of the optimizers of `optim.traits.keeps_dropped_entries_at_zero`,
+        except, under XLA, for a rule the step runs: there the zeroing after the
+        update fuses into it, while state written in the rule's conditional
+        would be one more operand of it in every step. Without `prepared`, no
+        settle ran either, so under XLA no rule's state is trusted.
+        """
+        ruled = self.indices_in_step() if self.prepared else set(self.keeps)
+        xla = internals.tracing_for_xla()
+        return {
+            i
+            for i in self.keeps
+            if traits.keeps_dropped_entries_at_zero(optimizer, variables[i])
+            and not (i in ruled and xla)
+        }
+
+    def prepare(self, step, optimizer, variables, frozen, declared, settle):
+        """Outside the step, before a call that starts at optimizer `step`.
+
+        Applies each rule that the step leaves out and whose last update is
+        `step`; with `settle` (a newly traced step), also sets every dropped
+        entry to +0.0, weights and the state `optimizer` keeps for them
+        (`settle`). Returns False, doing nothing, when a rule left out of the
+        step may still update after `step` (the optimizer went back, e.g. to
+        an earlier backup): the step must be planned again.
+
+        Args:
+          step: the optimizer step the call starts at.
+          optimizer: the step's optimizer.
+          variables: the step's variables, in its order.
+          frozen, declared: as for `apply`.
+          settle: whether the step was traced anew.
+        """
+        applied = self.due_at(step)
+        if applied is None:
+            return False
+        if not (applied or settle):
+            return True
+        handles = [paths.handle(v) for v in variables]
+        state = traits.zeroable_state(optimizer, variables, self.keeps)
+        if applied:
+            self.apply(
+                tf.constant(step, tf.int64), handles, frozen, declared, state, only=applied
+            )
+        if settle:
+            self.settle(handles, frozen, state)
+        return True
 
     def load(self, values):
         """Assigns keep masks `{position: bool array}`; returns those it has none for."""
@@ -192,7 +253,7 @@ class RuleState:
             if index in frozen:
                 continue
             for target in (variables[index],) + tuple(state.get(index, ())):
-                target.assign(slot_state.where_masked(target, keep))
+                target.assign(mask_state.where_masked(target, keep))
 
     def _update_one(self, distribution, rule, step, variable, index, declared, state):
         """New keep mask for one variable; the weights it drops (and `state`) set to +0.0."""
@@ -214,7 +275,7 @@ class RuleState:
             return keep.assign(kept)
 
         def drop(weights, keep):
-            return weights.assign(slot_state.where_masked(weights, keep))
+            return weights.assign(mask_state.where_masked(weights, keep))
 
         assigned = distribution.extended.update(
             keep_variable, new_keep, args=(variable,) + current, group=False
@@ -228,19 +289,3 @@ class RuleState:
                     )
                 )
         return tf.group(tf.nest.flatten(dropped))
-
-
-def _last_update(group):
-    """The group's `rule.last_update_step()`: None or an int, else a TypeError."""
-    last = group.rule.last_update_step()
-    if last is None or (
-        isinstance(last, numbers.Integral) and not isinstance(last, bool)
-    ):
-        return None if last is None else int(last)
-    raise TypeError(
-        f"The mask rule {type(group.rule).__name__} on layer '{group.layer.name}':"
-        " last_update_step() must return None or an integer, the last optimizer"
-        " step at which should_update can be True. Received:"
-        f" {last!r} of type {type(last).__name__}. Return None when the rule has"
-        " no known last update."
-    )

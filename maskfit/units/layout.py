@@ -11,9 +11,11 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from maskfit import output_units as declared_lib
-from maskfit import probe as probe_lib
-from maskfit.output_units import SHARED
+from maskfit import internals
+from maskfit.units import lookup
+from maskfit.units import probe as probe_lib
+from maskfit.units.declaration import SHARED
+from maskfit.units.declaration import refusal
 
 __all__ = ["LayerUnits", "UnitLayout", "layer_units", "output_segments"]
 
@@ -145,7 +147,7 @@ def _resolve(layer, declared):
     units = declared.units
     layouts = [(v, _layout(v, given[id(v)], units)) for v in trainable]
     if all(layout is None for _, layout in layouts):
-        raise declared_lib.refusal(
+        raise refusal(
             layer,
             f"every trainable entry affects several of its {units} output units"
             " (none belongs to one unit), so an OutputMask would freeze nothing",
@@ -154,8 +156,9 @@ def _resolve(layer, declared):
 
 
 def _cache_key(layer):
+    # A new registration for the layer's class is a new declaring function.
     weights = tuple((id(v), tuple(v.shape)) for v in layer.trainable_weights)
-    return (declared_lib.registry_version(), weights)
+    return (lookup.declaring_function(type(layer)), weights)
 
 
 def _cached(layer):
@@ -170,7 +173,7 @@ def output_segments(layer):
     entry = _cached(layer)
     if entry is not None:
         return entry[1].outputs
-    return declared_lib.output_units_of(layer).outputs
+    return lookup.output_units_of(layer).outputs
 
 
 def layer_units(layer):
@@ -184,7 +187,7 @@ def layer_units(layer):
     entry = _cached(layer)
     if entry is not None:
         return entry[1]
-    declared = declared_lib.output_units_of(layer)
+    declared = lookup.output_units_of(layer)
     resolved = _resolve(layer, declared)
     owners = {
         id(v): (
@@ -195,5 +198,5 @@ def layer_units(layer):
         for v, layout in resolved.layouts
     }
     probe_lib.check(layer, resolved.units, declared.probes_for(layer), owners)
-    object.__setattr__(layer, _CACHE_ATTR, (_cache_key(layer), resolved))
+    internals.set_untracked(layer, _CACHE_ATTR, (_cache_key(layer), resolved))
     return resolved

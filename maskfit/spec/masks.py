@@ -5,8 +5,9 @@ import abc
 import keras
 import numpy as np
 
-from maskfit import output_units
-from maskfit import units as units_lib
+from maskfit import checks
+from maskfit.units import layout as layout_lib
+from maskfit.units import lookup
 
 __all__ = ["GradMaskSpec", "OutputMask", "ElementMask", "as_grad_mask_spec"]
 
@@ -119,8 +120,8 @@ class OutputMask(GradMaskSpec):
     `maskfit.summary` counts them as shared.
 
     Which entries belong to which unit comes from the layer's real structure
-    (`maskfit.keras_units` for the built-in Keras layers; a declaration for
-    your own, see `maskfit.OutputUnits`), and is checked against the layer's
+    (`maskfit.units.keras_tables` for the built-in Keras layers; a declaration
+    for your own, see `maskfit.OutputUnits`), and is checked against the layer's
     gradients on random inputs once. A layer maskfit cannot serve is refused
     with an error, never guessed (docs/output_mask.md lists every Keras
     layer). It costs O(units) memory, whatever the size of the variables.
@@ -174,7 +175,7 @@ class OutputMask(GradMaskSpec):
         if layer.built and not layer.trainable_weights:
             super().check_layer(layer)
         if not layer.built:
-            self._check_length(layer, output_units.units_before_build(layer))
+            self._check_length(layer, lookup.units_before_build(layer))
             return
         self.layer_units(layer)
 
@@ -187,13 +188,13 @@ class OutputMask(GradMaskSpec):
             )
 
     def layer_units(self, layer):
-        """Returns the layer's checked `units.LayerUnits`; raises if they do not fit.
+        """Returns the layer's checked `LayerUnits`; raises if they do not fit.
 
         Raises:
           ValueError: when the layer is refused (see `maskfit.OutputUnits`) or
             the number of values is not its number of output units.
         """
-        resolved = units_lib.layer_units(layer)
+        resolved = layout_lib.layer_units(layer)
         self._check_length(layer, resolved.units)
         return resolved
 
@@ -253,14 +254,8 @@ class ElementMask(GradMaskSpec):
         self.masks = checked
 
     def _find(self, layer, name):
-        for v in layer.trainable_weights:
-            if name in (v.name, v.path) or v.path.endswith("/" + name):
-                return v
-        names = [v.name for v in layer.trainable_weights]
-        raise ValueError(
-            f"ElementMask names variable '{name}', which layer '{layer.name}' does"
-            f" not have as a trainable variable. Its trainable variables are"
-            f" {names}."
+        return checks.find_variable(
+            layer, name, layer.trainable_weights, "ElementMask", "trainable variables"
         )
 
     def resolve(self, layer):

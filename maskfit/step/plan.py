@@ -22,7 +22,17 @@ import collections
 
 import numpy as np
 
-__all__ = ["NEVER", "ALWAYS", "SOMETIMES", "StepPlan", "VariableNeeds", "plan_steps"]
+from maskfit.spec import schedule
+
+__all__ = [
+    "ALWAYS",
+    "NEVER",
+    "SOMETIMES",
+    "StepPlan",
+    "VariableNeeds",
+    "needs_of",
+    "plan_steps",
+]
 
 NEVER, ALWAYS, SOMETIMES = "never", "always", "sometimes"
 
@@ -66,7 +76,7 @@ class VariableNeeds(
 
     def interval(self, step):
         """The interval that optimizer step `step` is in."""
-        return int(np.searchsorted(self.boundaries, step, side="right"))
+        return schedule.interval_at(self.boundaries, step)
 
     def intervals(self, start, stop=None):
         """The intervals that steps `start` to `stop` (None: on and on) touch."""
@@ -114,7 +124,7 @@ def _keep_one(frozen, total):
     return frozen
 
 
-def plan_steps(needs, start, span, guard=True, total=None):
+def plan_steps(needs, start, span, total=None):
     """Plans the step for steps `start` to `start + span - 1` and on, while it holds.
 
     Args:
@@ -123,8 +133,6 @@ def plan_steps(needs, start, span, guard=True, total=None):
       span: how many steps a call of the compiled step may run
         (`steps_per_execution`); the frozen set is the variables frozen at
         every one of them.
-      guard: False if the optimizer cannot move an entry whose gradient is 0
-        (then nothing needs restoring).
       total: how many variables the step has (masked or not). If all would be
         frozen, the first stays in the step, masked and restored, so that the
         optimizer's step count (which schedules read) still advances.
@@ -156,5 +164,17 @@ def plan_steps(needs, start, span, guard=True, total=None):
             continue
         touched = n.intervals(start, end)
         masked[i] = _mode([n.masked[k] or n.frozen[k] for k in touched])
-        guarded[i] = _mode([n.guarded[k] for k in touched]) if guard else NEVER
+        guarded[i] = _mode([n.guarded[k] for k in touched])
     return StepPlan(frozen, masked, guarded, valid_until)
+
+
+def needs_of(declared, i):
+    """The `VariableNeeds` of the `i`-th variable a `DeclaredMask` covers."""
+    if declared.layouts is None:
+        return VariableNeeds.from_masks(declared.boundaries, declared.table)
+    layout = declared.layouts[i]
+    return VariableNeeds.from_masks(
+        declared.boundaries,
+        [layout.expand_numpy(values) for values in declared.table],
+        has_shared=layout.has_shared,
+    )

@@ -1,13 +1,27 @@
 """Mask schedules: specs that change with the optimizer's step count, inside the step."""
 
-import numbers
-
 import keras
 import numpy as np
 
-from maskfit import specs
+from maskfit import checks
+from maskfit.spec import masks as specs
 
-__all__ = ["PiecewiseMask"]
+__all__ = ["PiecewiseMask", "interval_at"]
+
+
+def interval_at(boundaries, step):
+    """The interval of a schedule that optimizer step `step` is in (on the host).
+
+    Interval `i` holds while `boundaries[i - 1] <= step < boundaries[i]`; the
+    compiled step does the same lookup with `tf.searchsorted`
+    (`maskfit.step.mask_state.MaskState.select`).
+
+    Example:
+
+    >>> interval_at((100, 200), 99), interval_at((100, 200), 100)
+    (0, 1)
+    """
+    return int(np.searchsorted(boundaries, step, side="right"))
 
 
 @keras.saving.register_keras_serializable(package="maskfit")
@@ -64,7 +78,7 @@ class PiecewiseMask(specs.GradMaskSpec):
 
     def spec_at(self, step):
         """Returns the spec in force at optimizer step `step`."""
-        return self.specs[int(np.searchsorted(self.boundaries, step, side="right"))]
+        return self.specs[interval_at(self.boundaries, step)]
 
     def check_layer(self, layer):
         for spec in self.specs:
@@ -100,9 +114,7 @@ def _check_boundaries(boundaries):
         values = None
     if (
         not values
-        or not all(
-            isinstance(b, numbers.Integral) and not isinstance(b, bool) for b in values
-        )
+        or not all(checks.is_integer(b) for b in values)
         or any(b <= 0 for b in values)
         or any(b >= c for b, c in zip(values, values[1:]))
     ):

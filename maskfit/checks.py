@@ -1,0 +1,56 @@
+"""Checks of user input that several modules share: integers, reals, variables by name."""
+
+import numbers
+
+__all__ = ["find_variable", "is_integer", "is_real"]
+
+
+def is_integer(value):
+    """Whether `value` is an integer (a NumPy one too), and not a bool.
+
+    Example:
+
+    >>> is_integer(3), is_integer(True), is_integer(3.0)
+    (True, False, False)
+    """
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_real(value):
+    """Whether `value` is a real number (an integer too), and not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def find_variable(layer, name, variables, what, kind="variables"):
+    """Returns the one variable of `variables` that `name` names, or raises.
+
+    `name` matches a variable's `name` (`"kernel"`), its full `path`, or the
+    end of its path after a `/` (`"query/kernel"` in an attention layer).
+
+    Args:
+      layer: the layer the variables belong to (named in errors).
+      name: the name to look up.
+      variables: the layer's variables to search (e.g. its trainable ones).
+      what: who asks, for errors, e.g. "ElementMask".
+      kind: what `variables` are, for errors, e.g. "trainable variables".
+
+    Raises:
+      ValueError: when no variable, or more than one, matches; the message
+        lists the variables' paths.
+    """
+    found = [
+        v for v in variables if name in (v.name, v.path) or v.path.endswith("/" + name)
+    ]
+    if len(found) == 1:
+        return found[0]
+    paths = [v.path for v in variables]
+    if not found:
+        raise ValueError(
+            f"{what} names variable '{name}', which is not among the {kind} of"
+            f" layer '{layer.name}': {paths}."
+        )
+    raise ValueError(
+        f"{what} names variable '{name}', which matches several {kind} of layer"
+        f" '{layer.name}': {[v.path for v in found]}. Name one of them by the end"
+        " of its path, e.g. 'query/kernel'."
+    )

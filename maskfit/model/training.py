@@ -1,0 +1,219 @@
+"""The masked training step: Keras's own `train_step`, with the masking stage in it."""
+
+import functools
+import warnings
+
+import keras
+import tensorflow as tf
+
+from maskfit import internals
+from maskfit import paths
+from maskfit.step import lifecycle as lifecycle_lib
+
+__all__ = ["MaskedTraining", "all_trainable_variables", "keep_masks", "masker_of"]
+
+_LIFECYCLE_ATTR = "_maskfit_step_lifecycle"
+
+
+class MaskedTraining:
+    """The training step of `MaskedModel` and `MaskedSequential`.
+
+    It is Keras's own TensorFlow `train_step`, line for line, with the
+    masking stage's parts between its lines: `begin_step` before the forward
+    pass, the gradients of the variables that can learn, `apply_grad_masks`,
+    and the guarded update. When the step is planned, traced and prepared is
+    the model's `StepLifecycle`'s business (`maskfit.step.lifecycle`).
+    """
+
+    def train_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        lifecycle = self._maskfit_lifecycle()
+        masker = lifecycle.masker_for(self._all_trainable_weights())
+        if masker is not None and masker.scheduled:
+            masker.begin_step(self.optimizer.iterations, self.optimizer)
+
+        # Forward pass
+        with tf.GradientTape() as tape:
+            if internals.call_has_training_arg(self):
+                y_pred = self(x, training=True)
+            else:
+                y_pred = self(x)
+            loss = internals.compute_loss(
+                self,
+                x=x,
+                y=y,
+                y_pred=y_pred,
+                sample_weight=sample_weight,
+                training=True,
+            )
+            internals.loss_tracker(self).update_state(
+                internals.unscale_loss_for_distribution(loss),
+                sample_weight=tf.shape(
+                    next(i for i in tf.nest.flatten(x) if i is not None)
+                )[0],
+            )
+            if self.optimizer is not None:
+                loss = self.optimizer.scale_loss(loss)
+
+        # Compute gradients, mask them, and update the weights
+        variables = self._all_trainable_weights()
+        if variables:
+            if masker is None:
+                # Keras built the model in this trace: its variables exist now.
+                masker = lifecycle.plan_in_trace(variables)
+                if masker.scheduled:
+                    masker.begin_step(self.optimizer.iterations, self.optimizer)
+            # Fully frozen variables get no gradient and no update at all.
+            gradients = masker.spread(tape.gradient(loss, masker.active(variables)))
+            self._masked_update(masker, gradients, variables)
+        else:
+            warnings.warn("The model does not have any trainable weights.")
+
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def apply_grad_masks(self, gradients, variables):
+        """The masking stage: returns the gradients that `optimizer.apply` gets.
+
+        The default zeroes the gradient of every frozen entry (NaN and Inf
+        included) and scales those of partially masked ones. Override it to
+        transform gradients (add noise, clip per layer) and call
+        `super().apply_grad_masks(...)` to keep the masks; whatever a subclass
+        does here, entries whose mask is 0 are restored after the update.
+
+        Args:
+          gradients: one gradient (or None) per variable, as from the tape;
+            None for a variable whose mask is all 0 (it is not updated at
+            all, whatever this returns for it).
+          variables: every trainable variable (fully frozen ones too), in
+            the order of `gradients`.
+
+        Returns:
+          The list of gradients to apply, aligned with `variables`.
+        """
+        lifecycle = self._maskfit_lifecycle()
+        masker = lifecycle.masker_for(variables) or lifecycle.plan_in_trace(variables)
+        return masker.mask_gradients(gradients)
+
+    def _masked_update(self, masker, gradients, variables):
+        """`apply_grad_masks`, then the guarded update (compiled with XLA where that pays).
+
+        In a graph-mode step without a distribution strategy, the masking
+        (when `apply_grad_masks` is not overridden), the update and the
+        restore are compiled together with XLA once the masked variables are
+        large enough to pay (`GradientMasker.fusing_pays`).
+        """
+        fuse = (
+            not self.run_eagerly
+            and not self.jit_compile
+            and not tf.distribute.has_strategy()
+            and masker.fusing_pays()
+        )
+        untouched = type(self).apply_grad_masks is MaskedTraining.apply_grad_masks
+        if not (fuse and untouched):
+            gradients = self.apply_grad_masks(gradients, variables)
+        masker.apply(
+            self.optimizer,
+            gradients,
+            masked=untouched,
+            static=bool(self.jit_compile) and not self.run_eagerly,
+            fuse=fuse,
+            mask_first=fuse and untouched,
+        )
+
+    def make_train_function(self, force=False):
+        """Builds the step; retraces only when the masks' structure changed.
+
+        The step is planned for the optimizer steps ahead: which variables
+        are left out (mask all 0) and which are masked and restored. When a
+        schedule reaches a step the plan does not cover, the optimizer is
+        fitted to the new plan and the step traced again, before the call
+        that runs that step.
+        """
+        return self._maskfit_lifecycle().make(force=force)
+
+    def _maskfit_lifecycle(self):
+        lifecycle = getattr(self, _LIFECYCLE_ATTR, None)
+        if lifecycle is None:
+            keras_make = functools.partial(super().make_train_function)
+            lifecycle = lifecycle_lib.StepLifecycle(self, keras_make)
+            internals.set_untracked(self, _LIFECYCLE_ATTR, lifecycle)
+        return lifecycle
+
+    # Keras reads these to build the optimizer (fit under a strategy, loading,
+    # BackupAndRestore) and to copy EMA averages in at the end of fit, so a
+    # variable whose mask is all 0 is reported as trainable=False reports it.
+    @property
+    def trainable_weights(self):
+        return self._without_frozen(super().trainable_weights)
+
+    @property
+    def trainable_variables(self):
+        return self._without_frozen(super().trainable_variables)
+
+    @property
+    def non_trainable_weights(self):
+        return self._with_frozen(super().non_trainable_weights, super().weights)
+
+    @property
+    def non_trainable_variables(self):
+        return self._with_frozen(super().non_trainable_variables, super().variables)
+
+    def _all_trainable_weights(self):
+        """The trainable weights, fully frozen ones included: what masks cover."""
+        return super().trainable_weights
+
+    def _frozen_ids(self):
+        masker = masker_of(self)
+        if masker is None or masker.plan is None or not masker.plan.frozen:
+            return frozenset()
+        return frozenset(id(masker.variables[i]) for i in masker.plan.frozen)
+
+    def _without_frozen(self, variables):
+        frozen = self._frozen_ids()
+        return [v for v in variables if id(v) not in frozen] if frozen else variables
+
+    def _with_frozen(self, non_trainable, every):
+        frozen = self._frozen_ids()
+        if not frozen or not self.trainable:
+            return non_trainable
+        kept = frozen | {id(v) for v in non_trainable}
+        return [v for v in every if id(v) in kept]
+
+
+def masker_of(model):
+    """The `GradientMasker` of a masked model's step, or None (not planned yet)."""
+    lifecycle = getattr(model, _LIFECYCLE_ATTR, None)
+    return None if lifecycle is None else lifecycle.masker
+
+
+def all_trainable_variables(model):
+    """A model's trainable variables, those whose mask is all 0 included.
+
+    A `MaskedModel` reports a variable whose mask is all 0 as not trainable,
+    as `trainable=False` would (its optimizer has no slots for it); masks
+    and `maskfit.summary` still cover it.
+    """
+    if isinstance(model, MaskedTraining):
+        return model._all_trainable_weights()
+    return list(model.trainable_variables)
+
+
+def keep_masks(model):
+    """Returns `{position: bool array}`: the keep masks of the rules (pruning) on `model`.
+
+    Positions are in `all_trainable_variables(model)`. A variable that a rule
+    covers but that has not been trained yet has none (nothing is dropped);
+    one whose masks were loaded but not planned yet has the loaded ones.
+    """
+    if not isinstance(model, MaskedTraining):
+        return {}
+    lifecycle = model._maskfit_lifecycle()
+    keys = paths.variable_keys(model, all_trainable_variables(model))
+    position = {key: i for i, key in enumerate(keys)}
+    values = {
+        position[k]: v for k, v in lifecycle.pending_keeps.items() if k in position
+    }
+    masker = lifecycle.masker
+    if masker is not None:
+        values.update({i: k.numpy() for i, k in masker.keep_masks().items()})
+    return values

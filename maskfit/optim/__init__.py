@@ -1,0 +1,7 @@
+"""What maskfit needs to know about, and do to, Keras optimizers.
+
+- `traits`: what an optimizer does to an entry whose gradient is 0 (which
+  need a restore; which keep a dropped entry at 0 by themselves).
+- `rebuild`: building an optimizer in place for another variable set,
+  keeping the state of the variables it keeps.
+"""

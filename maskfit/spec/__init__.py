@@ -1,0 +1,11 @@
+"""What users declare on layers: mask specs, schedules, rules, and their config.
+
+- `masks`: `OutputMask`, `ElementMask` (what may learn, as plain data).
+- `schedule`: `PiecewiseMask` and the one interval lookup of a schedule.
+- `declare`: `set_mask` / `get_mask`, stored on layer objects.
+- `gate`: the `backprop=True` gate on a layer's outputs.
+- `rules`: `MaskRule` (keep masks recomputed in the step, e.g. pruning),
+  `set_rule` / `get_rule`.
+- `config`: masks and rules in a model's config, by layer path.
+- `version`: the one counter that changes when any declaration does.
+"""

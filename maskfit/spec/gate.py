@@ -1,0 +1,105 @@
+"""The `backprop=True` gate: a layer's outputs pass their gradient through its mask.
+
+`OutputMask(values, backprop=True)` also scales (or blocks, where 0) the
+gradient that flows from a layer's output units into the layers upstream, along
+the output's unit axis. `install` wraps the layer's `call` once; the gate reads
+the mask in force (the step's mask state, once planned: `set_values`), so a
+schedule switches it with the mask. The forward value is unchanged.
+"""
+
+import functools
+
+import tensorflow as tf
+
+from maskfit import internals
+from maskfit.units import layout
+from maskfit.units import probe
+
+__all__ = ["install", "set_values"]
+
+_ORIGINAL_CALL_ATTR = "_maskfit_original_call"
+_VALUES_ATTR = "_maskfit_gate_values"
+
+
+@tf.custom_gradient
+def _gate(outputs, values):
+    """Identity forward; the gradient is scaled by `values` (which broadcast
+    along the output's unit axis), and 0 where 0."""
+
+    def grad(upstream):
+        values_ = tf.cast(values, upstream.dtype)
+        gated = tf.where(values_ > 0, upstream * values_, tf.zeros_like(upstream))
+        return gated, None
+
+    return tf.identity(outputs), grad
+
+
+def set_values(layer, values):
+    """Makes `layer`'s gate read `values` (e.g. the step's mask variable)."""
+    internals.set_untracked(layer, _VALUES_ATTR, values)
+
+
+def install(layer, spec_of):
+    """Wraps `layer.call` once so that its outputs pass through the gate.
+
+    Args:
+      layer: the layer whose outputs are gated.
+      spec_of: `layer -> spec`, how the gate finds the layer's mask spec at
+        call time (`maskfit.get_mask`); no gate applies while it has none
+        with `backprop=True`.
+    """
+    if getattr(layer, _ORIGINAL_CALL_ATTR, None) is not None:
+        return
+    original = layer.call
+
+    @functools.wraps(original)
+    def call(*args, **kwargs):
+        return _gate_outputs(layer, spec_of(layer), original(*args, **kwargs))
+
+    internals.set_untracked(layer, _ORIGINAL_CALL_ATTR, original)
+    internals.set_untracked(layer, "call", call)
+
+
+def _gate_outputs(layer, spec, outputs):
+    if not getattr(spec, "backprop", False) or probe.is_probing():
+        return outputs
+    flat = tf.nest.flatten(outputs)
+    if not any(isinstance(y, tf.Tensor) for y in flat):
+        return outputs  # a symbolic (functional) call
+    segments = layout.output_segments(layer)
+    values = getattr(layer, _VALUES_ATTR, None)
+    values = tf.convert_to_tensor(spec.values if values is None else values)
+    gated = []
+    for i, y in enumerate(flat):
+        segment = segments[i] if i < len(segments) else None
+        if segment is None or not isinstance(y, tf.Tensor):
+            gated.append(y)
+            continue
+        gated.append(_gate(y, _values_along(layer, y, segment, values, spec.units)))
+    return tf.nest.pack_sequence_as(outputs, gated)
+
+
+def _values_along(layer, output, segment, values, units_count):
+    """The slice of `values` that `output` carries, shaped along its unit axis."""
+    axis, start, stop = segment
+    rank = output.shape.rank
+    if rank is None or not -rank <= axis < rank:
+        raise ValueError(
+            f"OutputMask(backprop=True) on layer '{layer.name}' gates the output's"
+            f" unit axis {axis}, but the output has shape {output.shape}. Use"
+            " backprop=False, or declare the layer's output_axis."
+        )
+    size = output.shape[axis]
+    end = stop if stop is not None else (None if size is None else start + size)
+    if size is not None and (end - start != size or end > units_count):
+        raise ValueError(
+            f"OutputMask(backprop=True) on layer '{layer.name}' has"
+            f" {units_count} values, but the layer's output has {size} entries"
+            f" along its unit axis {axis} (units {start}..{end - 1} expected)."
+            " Pass one value per output unit."
+        )
+    if end is None:
+        end = start + tf.shape(output)[axis]
+    shape = [1] * rank
+    shape[axis] = -1
+    return tf.reshape(values[start:end], shape)

@@ -1,0 +1,215 @@
+"""Masks that a rule recomputes inside the training step (magnitude pruning).
+
+A `MaskRule` declared on a layer with `set_rule` covers some of the layer's
+variables (or, for a model or a block of layers, of its sublayers). For each
+covered variable the step keeps a *keep* mask as state (bool, the variable's
+shape, all True at first; `maskfit.step.rule_state`). In every training step,
+before the forward pass, the rule says whether it updates its masks; when it
+does, it computes new keep masks from the weights, the newly dropped entries
+are set to +0.0, and from then on a dropped entry is 0 after every step: its
+gradient is masked and its value put back to 0 after the update, under any
+optimizer. Keep masks compose with the masks declared with `maskfit.set_mask`:
+an entry learns only where both allow it, and an entry that `set_mask` freezes
+is never dropped (it stays bit-identical).
+
+The rule's Python code is traced into the step once: new keep masks need no
+retrace, a new rule object does. A rule that says when its updates end
+(`MaskRule.last_update_step`) is left out of steps traced after that, and
+one whose only update left is the first step of a call is applied just
+before the call, outside the compiled step. Rules go into the model's config
+(`maskfit.spec.config`), so saving and loading a `MaskedModel` keeps them;
+the keep masks go into its weights.
+
+`maskfit.pruning` is built on this: `prune_low_magnitude` declares a
+`MagnitudePruning` rule.
+"""
+
+import abc
+import collections
+
+import keras
+
+from maskfit import checks
+from maskfit import internals
+from maskfit.spec import version
+
+__all__ = [
+    "MaskRule",
+    "RuleGroup",
+    "checked_last_step",
+    "get_rule",
+    "last_update_of",
+    "layer_rules",
+    "resolve_rules",
+    "set_rule",
+]
+
+_RULE_ATTR = "_maskfit_mask_rule"
+
+
+class MaskRule(abc.ABC):
+    """Recomputes keep masks of some variables inside the training step.
+
+    Subclasses say which variables they cover, when they update, and what
+    they keep; the step does the rest (state, zeroing, masking, restoring).
+    `should_update` and `keep_mask` are traced into the compiled step: use
+    TensorFlow ops only. Register subclasses with
+    `keras.saving.register_keras_serializable` so that models save with them.
+    """
+
+    @abc.abstractmethod
+    def variables(self, layer):
+        """Returns the variables of built `layer` (and its sublayers) the rule covers.
+
+        Raises a ValueError naming the layer when the rule cannot apply to it.
+        """
+
+    @abc.abstractmethod
+    def should_update(self, step):
+        """A scalar bool tensor: whether the keep masks are recomputed in this step.
+
+        Args:
+          step: a scalar int64 tensor, the optimizer's `iterations` before
+            this step's update (0 in the first step).
+        """
+
+    def last_update_step(self):
+        """The last optimizer step at which `should_update` can be True, or None.
+
+        Read on the host when the step is planned. Once the optimizer is
+        past it, the step is traced without the rule (its keep masks still
+        apply); a rule whose only update left is in the first step of a call
+        is applied just before that call, outside the compiled step, so a
+        rule that updates once at the start (N:M sparsity) costs nothing per
+        step. None (the default) keeps the rule in every step. A bound that
+        is too early is a silent error: return None when unsure.
+        """
+        return None
+
+    @abc.abstractmethod
+    def keep_mask(self, step, weights, protected):
+        """Returns which entries of `weights` are kept (bool, or 0/1 of any dtype).
+
+        Args:
+          step: as for `should_update`.
+          weights: the variable's value (a tensor of its shape); entries the
+            rule dropped before are 0.
+          protected: None, or a bool tensor of the weights' shape, True
+            where `set_mask` freezes a kept entry: it is kept whatever this
+            returns, and should count as kept.
+        """
+
+    @abc.abstractmethod
+    def get_config(self):
+        """Returns the constructor's arguments as plain Python data."""
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.get_config() == other.get_config()
+
+    def __hash__(self):
+        return hash(type(self).__name__)
+
+
+def set_rule(layer, rule):
+    """Declares `rule` on `layer` (None removes it) and returns `layer`.
+
+    A layer carries at most one rule; a new one replaces the old. The keep
+    masks of variables it still covers are kept.
+
+    Raises:
+      TypeError: if `layer` is not a Keras layer or `rule` not a `MaskRule`.
+    """
+    if not isinstance(layer, keras.layers.Layer):
+        raise TypeError(
+            "set_rule expects a keras.layers.Layer (or keras.Model)."
+            f" Received: {layer!r} of type {type(layer).__name__}"
+        )
+    if rule is not None and not isinstance(rule, MaskRule):
+        raise TypeError(
+            f"set_rule on layer '{layer.name}' expects a MaskRule or None."
+            f" Received: {rule!r} of type {type(rule).__name__}"
+        )
+    internals.set_untracked(layer, _RULE_ATTR, rule)
+    version.bump()
+    return layer
+
+
+def get_rule(layer):
+    """Returns the `MaskRule` declared on `layer`, or None."""
+    return getattr(layer, _RULE_ATTR, None)
+
+
+def layer_rules(model):
+    """Returns `[(layer, rule)]` for `model` and every layer nested in it.
+
+    Outer layers come before the layers they contain.
+    """
+    layers = [model] + internals.sublayers(model)
+    return [(layer, get_rule(layer)) for layer in layers if get_rule(layer)]
+
+
+class RuleGroup(collections.namedtuple("RuleGroup", ["layer", "rule", "indices"])):
+    """The variables one declared rule covers in a step.
+
+    Attributes:
+      layer: the layer the rule is declared on.
+      rule: the `MaskRule`.
+      indices: positions of the covered variables in the step's list.
+    """
+
+
+def resolve_rules(rules, variables):
+    """Resolves `[(layer, rule)]` against the step's `variables`.
+
+    A variable covered by the rules of several layers takes the rule of the
+    innermost one (e.g. a layer's own rule over its model's); variables not
+    in `variables` (non-trainable ones) are left out.
+
+    Returns:
+      A list of `RuleGroup`s, one per declaring layer that covers any of
+      `variables`, indices in increasing order.
+    """
+    position = {id(v): i for i, v in enumerate(variables)}
+    owner = {}
+    for number, (layer, rule) in enumerate(rules):
+        for variable in rule.variables(layer):
+            index = position.get(id(variable))
+            if index is not None:
+                owner[index] = number
+    groups = []
+    for number, (layer, rule) in enumerate(rules):
+        indices = sorted(i for i, n in owner.items() if n == number)
+        if indices:
+            groups.append(RuleGroup(layer, rule, tuple(indices)))
+    return groups
+
+
+def checked_last_step(value, where):
+    """`value` (a rule's or schedule's last step) as None or an int, else a TypeError.
+
+    Args:
+      value: what was returned.
+      where: what returned it, for the error, e.g. "PolynomialDecay.last_pruning_step()".
+    """
+    if value is None:
+        return None
+    if checks.is_integer(value):
+        return int(value)
+    raise TypeError(
+        f"{where} must return None or an integer, the last optimizer step at"
+        f" which it can update. Received: {value!r} of type {type(value).__name__}."
+        " Return None when there is no known last step."
+    )
+
+
+def last_update_of(group):
+    """The group's `rule.last_update_step()`: None or an int, else a TypeError."""
+    return checked_last_step(
+        group.rule.last_update_step(),
+        f"{type(group.rule).__name__}.last_update_step() (the mask rule on layer"
+        f" '{group.layer.name}')",
+    )

@@ -1,0 +1,154 @@
+"""Unit tests of `maskfit.step.rule_state` and `maskfit.step.update`."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import maskfit
+from maskfit import paths
+from maskfit.optim import traits
+from maskfit.spec import rules
+from maskfit.step import declared
+from maskfit.step import mask_state
+from maskfit.step import rule_state
+from maskfit.step import update
+
+
+class KeepPositive(rules.MaskRule):
+    """Keeps the positive entries, in steps `updates` (the last one is its bound)."""
+
+    def __init__(self, updates=(0,)):
+        self.updates = tuple(updates)
+
+    def variables(self, layer):
+        return [layer.kernel]
+
+    def should_update(self, step):
+        return tf.reduce_any(tf.equal(step, tf.constant(self.updates, tf.int64)))
+
+    def last_update_step(self):
+        return max(self.updates)
+
+    def keep_mask(self, step, weights, protected):
+        return weights > 0
+
+    def get_config(self):
+        return {"updates": list(self.updates)}
+
+
+def _layer(name="d"):
+    layer = keras.layers.Dense(3, name=name)
+    layer.build((None, 2))
+    layer.kernel.assign([[1.0, -1.0, 2.0], [-2.0, 3.0, -3.0]])
+    return layer
+
+
+def _state(layer, rule):
+    state = rule_state.RuleState()
+    groups = rules.resolve_rules([(layer, rule)], layer.trainable_weights)
+    return state, groups
+
+
+def test_update_makes_keep_masks_and_says_when_to_retrace():
+    layer = _layer()
+    rule = KeepPositive()
+    state, groups = _state(layer, rule)
+    assert state.update(groups, layer.trainable_weights)
+    keep = state.keeps[0]
+    assert keep.dtype == tf.bool and bool(np.all(keep.numpy()))
+    assert not state.update(groups, layer.trainable_weights)  # same rule object
+    assert state.keeps[0] is keep
+    other = rules.resolve_rules([(layer, KeepPositive())], layer.trainable_weights)
+    assert state.update(other, layer.trainable_weights)  # another rule object
+
+
+def test_which_rules_the_step_runs_and_which_prepare_applies():
+    layer = _layer()
+    state, groups = _state(layer, KeepPositive(updates=(0, 5)))
+    state.update(groups, layer.trainable_weights)
+    assert state.in_step_from(4, prepared=True) == {0}
+    assert state.in_step_from(5, prepared=True) == frozenset()
+    assert state.in_step_from(5, prepared=False) == {0}
+    state.in_step = frozenset()
+    assert state.left_out
+    assert state.due_at(5) == {0} and state.due_at(6) == set()
+    assert state.due_at(4) is None  # the optimizer went back: trace it in again
+
+
+def test_prepare_applies_a_due_rule_and_zeroes_the_dropped_entries_and_their_state():
+    layer = _layer()
+    variables = layer.trainable_weights
+    state, groups = _state(layer, KeepPositive(updates=(0,)))
+    state.update(groups, variables)
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(variables)
+    moments = [s for s in optimizer.variables if "kernel" in s.path]
+    for m in moments:
+        m.assign(tf.ones_like(m))
+    assert state.prepare(0, optimizer, variables, frozenset(), {}, settle=False)
+    expected = np.array([[True, False, True], [False, True, False]])
+    np.testing.assert_array_equal(state.keeps[0].numpy(), expected)
+    kernel = layer.kernel.numpy()
+    assert np.all(kernel[~expected] == 0) and np.all(kernel[expected] != 0)
+    for m in moments:  # Adam keeps a dropped entry at 0 once its state is 0
+        np.testing.assert_array_equal(m.numpy() == 0, ~expected)
+
+
+def test_settle_zeroes_dropped_entries_set_by_hand():
+    layer = _layer()
+    variables = layer.trainable_weights
+    state, groups = _state(layer, KeepPositive())
+    state.update(groups, variables)
+    state.load({0: np.array([[True, True, False], [True, True, True]])})
+    state.settle([paths.handle(v) for v in variables], frozenset(), {})
+    assert layer.kernel.numpy()[0, 2] == 0 and layer.kernel.numpy()[0, 0] == 1
+
+
+def test_load_returns_the_masks_it_has_no_rule_or_shape_for():
+    layer = _layer()
+    state, groups = _state(layer, KeepPositive())
+    state.update(groups, layer.trainable_weights)
+    rest = state.load({0: np.ones((2, 3), bool), 1: np.ones(3, bool), 0.5: 1})
+    assert sorted(rest, key=str) == [0.5, 1]
+
+
+def test_a_bound_that_is_not_an_integer_is_one_type_error():
+    layer = _layer()
+    state, groups = _state(layer, KeepPositive(updates=(0, 2.5)))
+    state.update(groups, layer.trainable_weights)
+    with pytest.raises(TypeError, match=r"KeepPositive.last_update_step\(\).*'d'.*2.5"):
+        state.in_step_from(0, prepared=True)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_guarded_update_restores_frozen_entries_and_their_average(dynamic):
+    layer = _layer()
+    variables = layer.trainable_weights
+    spec = maskfit.ElementMask({"kernel": np.array([[1, 0, 1], [0, 1, 1]])})
+    (mask,) = declared.resolve_declared([(layer, spec)], variables).values()
+    state = mask_state.MaskState(mask, tf.bool)
+    state.assign(mask, 0)
+    entry = mask_state.VariableMasks(state, None, None)
+    optimizer = keras.optimizers.AdamW(0.5, weight_decay=0.5, use_ema=True)
+    optimizer.build(variables)
+    before = layer.kernel.numpy()
+    taken = update.snapshot(layer.kernel, entry, dynamic)
+    optimizer.apply([tf.ones((2, 3)), tf.ones(3)], variables)
+    update.restore(optimizer, [layer.kernel], [taken], [entry])
+    frozen = np.array([[0, 1, 0], [1, 0, 0]], bool)
+    np.testing.assert_array_equal(layer.kernel.numpy()[frozen], before[frozen])
+    assert np.all(layer.kernel.numpy()[~frozen] != before[~frozen])
+    (average,) = traits.ema_averages(optimizer, [layer.kernel])
+    np.testing.assert_array_equal(average.numpy()[frozen], before[frozen])
+
+
+def test_pinned_variables_and_averages_do_not_move():
+    layer = _layer()
+    optimizer = keras.optimizers.AdamW(0.5, use_ema=True, ema_overwrite_frequency=1)
+    optimizer.build(layer.trainable_weights)
+    before = [v.numpy() for v in layer.trainable_weights]
+    with update.pinned(optimizer, layer.trainable_weights):
+        optimizer.apply([tf.ones((2, 3)), tf.ones(3)], layer.trainable_weights)
+    for variable, value in zip(layer.trainable_weights, before):
+        np.testing.assert_array_equal(variable.numpy(), value)
