@@ -29,3 +29,36 @@ def param_if_shipped(name, cls=None):
     else:
         return name
     return pytest.param(name, marks=pytest.mark.skip(reason=reason))
+
+
+def _channels_first_needs_xla():
+    import tensorflow as tf
+
+    conv = keras.layers.Conv2D(1, 1, data_format="channels_first")
+    try:
+        conv(tf.zeros((1, 1, 2, 2)))
+    except tf.errors.UnimplementedError:
+        return True
+    return False
+
+
+# TensorFlow's CPU kernels for a channels_first convolution exist only with
+# oneDNN's NCHW support, which some CPUs lack (seen on an AMD EPYC): there
+# Keras runs such a layer only under XLA, in `fit` too.
+CHANNELS_FIRST_NEEDS_XLA = _channels_first_needs_xla()
+NEEDS_XLA_REASON = (
+    "this CPU's TensorFlow runs channels_first convolutions only under XLA"
+    " (Keras's own fit fails too without jit_compile=True)"
+)
+
+
+def call_or_xla(fn):
+    """`fn()`, compiled with XLA where this CPU's TensorFlow cannot run it otherwise."""
+    import tensorflow as tf
+
+    try:
+        return fn()
+    except (tf.errors.UnimplementedError, tf.errors.InvalidArgumentError) as e:
+        if "NHWC" not in str(e):
+            raise
+        return tf.function(fn, jit_compile=True)()

@@ -200,7 +200,7 @@ def dependencies(probe, units, covered, seed=0):
         with tape, probing():
             tape.watch(values)
             with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-                outputs = target(*args, **kwargs, **call_kwargs)
+                outputs = _call(target, args, {**kwargs, **call_kwargs})
             segments = _check_outputs(probe, tf.nest.flatten(outputs), units, covered)
             targets = {}
             for output, segment in segments:
@@ -240,6 +240,23 @@ def dependencies(probe, units, covered, seed=0):
             reached[i] |= hit[0][i] | hit[1][i]
             unit[i] |= hit[1][i].astype(np.int64) << bit
     return {id(v): (v, reached[i], multi[i], unit[i]) for i, v in enumerate(variables)}
+
+
+def _call(target, args, kwargs):
+    """`target(*args, **kwargs)`, compiled with XLA where TensorFlow runs it only so.
+
+    Some layers run on some CPUs only under XLA: TensorFlow's CPU kernels for
+    a `channels_first` convolution (and its transpose) exist only with
+    oneDNN's NCHW support (Keras's own `fit` then needs `jit_compile=True`
+    too). The gradients still reach the probe's values through the compiled
+    call.
+    """
+    try:
+        return target(*args, **kwargs)
+    except (tf.errors.UnimplementedError, tf.errors.InvalidArgumentError) as e:
+        if "NHWC" not in str(e):
+            raise
+        return tf.function(lambda: target(*args, **kwargs), jit_compile=True)()
 
 
 def _describe(variable, position, message):
