@@ -97,6 +97,9 @@ class MaskedTraining:
     def _masked_update(self, masker, gradients, variables):
         """`apply_grad_masks`, then the guarded update (compiled with XLA where that pays).
 
+        Rules that observe gradients see them first; rules that update from
+        them run after the update (`GradientMasker.after_update`).
+
         In a graph-mode step without a distribution strategy, the masking
         (when `apply_grad_masks` is not overridden), the update and the
         restore are compiled together with XLA once the masked variables are
@@ -109,6 +112,12 @@ class MaskedTraining:
             and masker.fusing_pays()
         )
         untouched = type(self).apply_grad_masks is MaskedTraining.apply_grad_masks
+        step = None
+        if masker.observes_gradients or masker.updates_after:
+            step = tf.identity(self.optimizer.iterations)  # before this update
+        if masker.observes_gradients:
+            masker.observe(step, gradients)
+        raw = gradients
         if not (fuse and untouched):
             gradients = self.apply_grad_masks(gradients, variables)
         masker.apply(
@@ -119,6 +128,8 @@ class MaskedTraining:
             fuse=fuse,
             mask_first=fuse and untouched,
         )
+        if masker.updates_after:
+            masker.after_update(step, self.optimizer, raw)
 
     def make_train_function(self, force=False):
         """Builds the step; retraces only when the masks' structure changed.

@@ -28,6 +28,8 @@ move a 0).
 """
 
 import keras
+import numpy as np
+import tensorflow as tf
 
 from maskfit import checks
 from maskfit import internals
@@ -38,6 +40,7 @@ __all__ = [
     "inner",
     "keeps_dropped_entries_at_zero",
     "moves_zero_gradient_entries",
+    "fresh_state",
     "state_of",
     "zeroable_state",
 ]
@@ -127,12 +130,64 @@ def state_of(optimizer, variable):
     """
     found = []
     for each in internals.optimizers_within(optimizer):
-        if not each.built:
+        found += _own_state(each, variable)
+    return found
+
+
+def _own_state(optimizer, variable):
+    """The per-variable state one optimizer (not those it wraps) keeps for `variable`."""
+    if not optimizer.built:
+        return []
+    slots, _ = internals.optimizer_state(optimizer)
+    return [
+        slot
+        for (_, owner), slot in sorted(slots.items(), key=lambda item: item[0][0])
+        if owner == id(variable)
+    ]
+
+
+def fresh_state(optimizer, variable):
+    """`[(state variable, fresh value)]` for every per-variable state of `variable`.
+
+    The fresh value is what a new optimizer of the same configuration starts
+    that state at (a clone built for a variable of the same shape, read
+    once): 0 for momentum and Adam's moments, `initial_accumulator_value`
+    for Adagrad and Ftrl, the variable's own value (0 for an entry that
+    grows back) for an EMA average. A value that is the same for every entry
+    is kept as a scalar. Call it outside the compiled step.
+
+    Raises:
+      ValueError: when a state variable does not have `variable`'s shape
+        (Adafactor's factored second moments are shared by a whole row or
+        column), so one entry's state cannot start afresh alone.
+    """
+    found = []
+    for each in internals.optimizers_within(optimizer):
+        mine = _own_state(each, variable)
+        if not mine:
             continue
-        slots, _ = internals.optimizer_state(each)
-        for (_, owner), slot in sorted(slots.items(), key=lambda item: item[0][0]):
-            if owner == id(variable):
-                found.append(slot)
+        with tf.init_scope():
+            probe = keras.Variable(
+                np.zeros(tuple(variable.shape)), dtype=variable.dtype, trainable=True
+            )
+            clone = type(each).from_config(each.get_config())
+            clone.build([probe])
+            fresh = _own_state(clone, probe)
+            for state, start in zip(mine, fresh):
+                if tuple(state.shape) != tuple(variable.shape):
+                    raise ValueError(
+                        f"Optimizer '{each.name}' ({type(each).__name__}) keeps state"
+                        f" '{state.path}' of shape {tuple(state.shape)} for variable"
+                        f" '{variable.path}' of shape {tuple(variable.shape)}: entries"
+                        " share it, so an entry that grows back cannot start with"
+                        " fresh state. Use an optimizer whose state has the"
+                        " variable's shape (Adam, AdamW, SGD, ...) with a rule that"
+                        " regrows entries."
+                    )
+                value = np.asarray(keras.ops.convert_to_numpy(start))
+                if value.size and np.all(value == value.flat[0]):
+                    value = value.flat[0]
+                found.append((paths.handle(state), value))
     return found
 
 

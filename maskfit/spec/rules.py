@@ -45,17 +45,55 @@ __all__ = [
 ]
 
 _RULE_ATTR = "_maskfit_mask_rule"
+_NO_KEEP = (
+    "The mask rule {name} says no keep masks: override keep_mask(step, weights,"
+    " protected), or keep_masks(step, variables, weights, protected, gradients)."
+)
 
 
 class MaskRule(abc.ABC):
     """Recomputes keep masks of some variables inside the training step.
 
     Subclasses say which variables they cover, when they update, and what
-    they keep; the step does the rest (state, zeroing, masking, restoring).
-    `should_update` and `keep_mask` are traced into the compiled step: use
-    TensorFlow ops only. Register subclasses with
+    they keep (`keep_mask` per variable, or `keep_masks` for all of them at
+    once); the step does the rest (state, zeroing, masking, restoring).
+    `should_update`, `keep_mask(s)` and `observe_gradients` are traced into
+    the compiled step: use TensorFlow ops only. Register subclasses with
     `keras.saving.register_keras_serializable` so that models save with them.
+
+    Three class attributes say what else a rule needs from the step (all off
+    by default, so a rule that needs none costs nothing more):
+
+    - `uses_gradients`: its updates read the step's gradients (RigL grows
+      where they are largest): it updates after the step's update, and
+      `keep_masks` gets them; an entry it grows starts at 0 in the next step.
+    - `observes_gradients`: it sees its variables' gradients in every step
+      (`observe_gradients`), e.g. to accumulate importance scores.
+    - `regrows`: an update can keep entries it dropped before (dynamic
+      sparse training): they start at 0, with their optimizer state as a
+      fresh optimizer's (`maskfit.optim.traits.fresh_state`).
     """
+
+    uses_gradients = False
+    observes_gradients = False
+    regrows = False
+
+    def initial_keep_masks(self, variables, frozen):
+        """The keep masks the rule starts from, one per covered variable, or None.
+
+        Read on the host when the step first makes the rule's keep masks
+        (loaded ones replace them): sparse training starts sparse. Entries it
+        drops are set to +0.0 before the first step; entries `set_mask`
+        freezes are kept whatever it returns. None (the default) keeps every
+        entry.
+
+        Args:
+          variables: the covered variables (Keras variables), in the step's
+            order.
+          frozen: per variable, a bool array of its shape, True where a
+            declared mask freezes the entry (or None when none does).
+        """
+        return None
 
     @abc.abstractmethod
     def variables(self, layer):
@@ -86,9 +124,11 @@ class MaskRule(abc.ABC):
         """
         return None
 
-    @abc.abstractmethod
     def keep_mask(self, step, weights, protected):
         """Returns which entries of `weights` are kept (bool, or 0/1 of any dtype).
+
+        Override this, or `keep_masks` for a rule that decides for all its
+        variables together.
 
         Args:
           step: as for `should_update`.
@@ -97,6 +137,47 @@ class MaskRule(abc.ABC):
           protected: None, or a bool tensor of the weights' shape, True
             where `set_mask` freezes a kept entry: it is kept whatever this
             returns, and should count as kept.
+        """
+        raise TypeError(_NO_KEEP.format(name=type(self).__name__))
+
+    def keep_masks(self, step, variables, weights, protected, keeps, gradients=None):
+        """Returns one keep mask per variable, for a step that updates.
+
+        The default calls `keep_mask` for each variable. A rule whose masks
+        depend on several variables at once (structured pruning: a unit's
+        entries lie in several layers) overrides this. Every variable's value
+        is read before any keep mask is assigned, so no variable sees another
+        one already pruned in this update.
+
+        Args:
+          step: as for `should_update`.
+          variables: the covered variables the step updates (`tf.Variable`s:
+            `keras_variable.value`), in the step's order; a variable whose
+            declared mask freezes it whole is left out.
+          weights: their values, one tensor each.
+          protected: one entry per variable, as for `keep_mask`.
+          keeps: the keep masks in force (bool tensors), one per variable: a
+            kept entry may be exactly 0 (one that just grew back).
+          gradients: for a rule that `uses_gradients`, the variables' dense
+            gradients in this step (summed over replicas, of the loss as
+            `optimizer.scale_loss` scaled it, not masked); else None. The
+            weights are then those after the step's update.
+        """
+        return [self.keep_mask(step, w, p) for w, p in zip(weights, protected)]
+
+    def observe_gradients(self, step, variables, gradients):
+        """In every training step: the covered variables' gradients, before masking.
+
+        Called only for a rule whose `observes_gradients` is True, right
+        after the gradients are computed (e.g. to accumulate first-order
+        Taylor scores into the rule's own variables). Variables without a
+        gradient in this step are left out.
+
+        Args:
+          step: the optimizer's `iterations` before this step's update.
+          variables: the covered variables that have a gradient.
+          gradients: their gradients, of the loss as `optimizer.scale_loss`
+            scaled it, not masked (per replica under a strategy).
         """
 
     @abc.abstractmethod
@@ -133,6 +214,11 @@ def set_rule(layer, rule):
             f"set_rule on layer '{layer.name}' expects a MaskRule or None."
             f" Received: {rule!r} of type {type(rule).__name__}"
         )
+    cls = type(rule)
+    if rule is not None and (
+        cls.keep_mask is MaskRule.keep_mask and cls.keep_masks is MaskRule.keep_masks
+    ):
+        raise TypeError(_NO_KEEP.format(name=cls.__name__))
     internals.set_untracked(layer, _RULE_ATTR, rule)
     version.bump()
     return layer
@@ -210,6 +296,6 @@ def last_update_of(group):
     """The group's `rule.last_update_step()`: None or an int, else a TypeError."""
     return checked_last_step(
         group.rule.last_update_step(),
-        f"{type(group.rule).__name__}.last_update_step() (the mask rule on layer"
-        f" '{group.layer.name}')",
+        f"The mask rule {type(group.rule).__name__} on layer '{group.layer.name}':"
+        " last_update_step()",
     )

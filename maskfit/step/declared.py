@@ -52,6 +52,13 @@ class DeclaredMask(
         """The mask in force at optimizer step `step`."""
         return self.table[schedule.interval_at(self.boundaries, step)]
 
+    def frozen_at(self, step, i, shape):
+        """Where the mask freezes entries of its `i`-th variable (of `shape`) at `step`."""
+        values = self.values_at(step)
+        if self.layouts is not None:
+            values = self.layouts[i].expand_numpy(values)
+        return np.broadcast_to(values, shape) == 0
+
 
 def _output_mask(layer, spec, position):
     """The mask of an `OutputMask` (or a schedule of them); None if nothing is owned."""

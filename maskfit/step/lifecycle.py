@@ -209,7 +209,11 @@ class StepLifecycle:
                 fresh = True
             changed = masker.sync(step, self._span(), fresh=fresh, prepared=True)
             self.load_pending_keeps()
-            return self._fit_optimizer(step) or changed
+            changed = self._fit_optimizer(step) or changed
+            optimizer = getattr(model, "optimizer", None)
+            if optimizer is not None and masker.has_rules:
+                masker.read_fresh_state(optimizer)
+            return changed
 
     def load_pending_keeps(self):
         """Gives the masker the keep masks loaded before it was planned."""

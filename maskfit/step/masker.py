@@ -59,6 +59,7 @@ class GradientMasker:
         self._skip_frozen = skip_frozen
         self._masks = mask_state.MaskStates()
         self._rules = rule_state.RuleState()
+        self._fresh = {}  # {position: [(state, fresh value)]} of regrowing rules
         self._last_sync = None
         self._version = None
         self.plan = None
@@ -94,10 +95,11 @@ class GradientMasker:
             whose last update is the call's first step is applied there, not
             traced into the step).
         """
+        key = (step, span, prepared, version.current())
+        if key == self._last_sync and not fresh:
+            return False  # nothing the plan depends on changed
         changed = self._read_declarations(step)
-        if not (fresh or changed) and self._last_sync == (step, span, prepared):
-            return False
-        self._last_sync = (step, span, prepared)
+        self._last_sync = key
         self._rules.prepared = prepared
         needs = self._masks.needs
         if not self._skip_frozen:
@@ -124,7 +126,12 @@ class GradientMasker:
             return False
         declared = declared_lib.resolve_declared(self._layer_specs(), self._variables)
         groups = tuple(rules_lib.resolve_rules(self._layer_rules(), self._variables))
-        retrace = self._rules.update(groups, self._variables)
+        frozen = {
+            index: mask.frozen_at(step, i, tuple(self._variables[index].shape))
+            for mask in (declared.values() if groups else ())
+            for i, index in enumerate(mask.indices)
+        }
+        retrace = self._rules.update(groups, self._variables, frozen)
         ruled = sorted(i for group in groups for i in group.indices)
         retrace = (
             self._masks.sync(
@@ -166,7 +173,7 @@ class GradientMasker:
     @property
     def scheduled(self):
         """Whether `begin_step` does work: a mask follows a schedule, or a rule applies."""
-        return bool(self._rules.in_step) or self._masks.scheduled
+        return bool(self._rules.in_step_where(False)) or self._masks.scheduled
 
     @property
     def has_rules(self):
@@ -193,6 +200,20 @@ class GradientMasker:
         )
         return self._masks.state_bytes() + keeps
 
+    def read_fresh_state(self, optimizer):
+        """Reads, outside the step, the fresh optimizer state of every variable a
+        regrowing rule covers (`optim.traits.fresh_state`), for the step to use.
+
+        Call it whenever the optimizer was (re)built. A masker planned inside
+        the step's first trace has none until then: an entry grown back in
+        that first call keeps the state it has (fresh, unless it learned and
+        was dropped within that call).
+        """
+        regrowing = self._rules.regrowing_indices(range(len(self._rules.groups)))
+        self._fresh = {
+            i: traits.fresh_state(optimizer, self._variables[i]) for i in sorted(regrowing)
+        }
+
     def prepare(self, step, optimizer, settle):
         """Outside the step, before a call at optimizer `step`: `RuleState.prepare`."""
         return self._rules.prepare(
@@ -218,24 +239,79 @@ class GradientMasker:
     def begin_step(self, step, optimizer):
         """Selects every scheduled mask, then applies the rules, for optimizer `step`.
 
-        Traced once. A rule that updates in this step gets new keep masks,
-        and the weights it drops are set to +0.0 before the forward pass;
-        where `optimizer` keeps such entries at 0 by itself, so is their
-        state in it, and `apply` leaves them alone (not under XLA, where the
-        zeroing after the update fuses into it).
+        Traced once. A rule that updates in this step (and does not read
+        its gradients) gets new keep masks, and the weights it drops are set
+        to +0.0 before the forward pass; where `optimizer` keeps such entries
+        at 0 by itself, so is their state in it, and `apply` leaves them
+        alone (not under XLA, where the zeroing after the update fuses in).
         """
         self._masks.select(step)
+        self._run_rules(step, optimizer, self._rules.in_step_where(False))
+
+    @property
+    def observes_gradients(self):
+        """Whether a rule sees the step's gradients (`observe`)."""
+        return any(group.rule.observes_gradients for group in self._rules.groups)
+
+    @property
+    def updates_after(self):
+        """Whether a rule that reads gradients runs in the step (`after_update`)."""
+        return bool(self._rules.in_step_where(True))
+
+    def observe(self, step, gradients):
+        """Gives each rule that `observes_gradients` its variables' gradients (traced once).
+
+        Right after the gradients are computed, before they are masked.
+        """
+        for group in self._rules.groups:
+            if not group.rule.observes_gradients:
+                continue
+            pairs = [
+                (variable_handle(self._variables[i]), gradients[i])
+                for i in group.indices
+                if gradients[i] is not None and i not in self.plan.frozen
+            ]
+            if pairs:
+                group.rule.observe_gradients(
+                    step, [v for v, _ in pairs], [g for _, g in pairs]
+                )
+
+    def after_update(self, step, optimizer, gradients):
+        """After the update: the rules that read the step's gradients (traced once).
+
+        Each rule that `uses_gradients` and updates at `step` (the optimizer
+        step the update just ran) gets new keep masks from the weights and the
+        step's gradients: the entries it drops are set to +0.0, the ones it
+        grows start at 0 with a fresh optimizer's state, so only entries kept
+        before and after learn in an update step. A step whose gradients are
+        not finite (a loss-scale overflow: the optimizer skipped it) skips
+        the rules' update too.
+
+        Args:
+          step: the optimizer's `iterations` before this step's update.
+          optimizer: the step's optimizer.
+          gradients: one gradient (or None) per variable, unmasked.
+        """
+        self._run_rules(step, optimizer, self._rules.in_step_where(True), gradients)
+
+    def _run_rules(self, step, optimizer, numbers, gradients=None):
+        """Runs the rules at `numbers` (in the step's groups) that update at `step`."""
+        if not numbers:
+            return
         rules = self._rules
-        if rules.in_step:
-            zeroed = set() if internals.tracing_for_xla() else rules.indices_in_step()
-            rules.apply(
-                step,
-                [variable_handle(v) for v in self._variables],
-                self.plan.frozen,
-                self._masks.declared_current(),
-                traits.zeroable_state(optimizer, self._variables, zeroed),
-                only=rules.in_step,
-            )
+        zeroed = set() if internals.tracing_for_xla() else rules.indices_in_step()
+        regrowing = rules.regrowing_indices(numbers)
+        fresh = {i: f for i, f in self._fresh.items() if i in regrowing}
+        rules.apply(
+            step,
+            [variable_handle(v) for v in self._variables],
+            self.plan.frozen,
+            self._masks.declared_current(),
+            traits.zeroable_state(optimizer, self._variables, zeroed),
+            only=numbers,
+            gradients=gradients,
+            fresh=fresh,
+        )
 
     def mask_gradients(self, gradients):
         """Returns `gradients` with every mask applied (traced once).

@@ -46,14 +46,21 @@ class RuleState:
         self.in_step = frozenset()
         self.prepared = False
 
-    def update(self, groups, variables):
+    def update(self, groups, variables, frozen=None):
         """Makes a keep mask per covered variable, keeping existing ones; True to retrace.
 
         The step traces each rule's code, so a rule object that changes (or a
         variable that gains or loses one) needs a retrace; new keep values do
-        not.
+        not. A rule's new keep masks start from its `initial_keep_masks`.
+
+        Args:
+          groups: the `RuleGroup`s of the step.
+          variables: the step's variables, in its order.
+          frozen: `{position: bool array}`, where declared masks freeze
+            entries (kept by every initial mask); none by default.
         """
-        keeps = {}
+        frozen = frozen or {}
+        keeps, made = {}, set()
         for index in sorted(i for group in groups for i in group.indices):
             keep = self.keeps.get(index)
             if keep is None:
@@ -64,7 +71,11 @@ class RuleState:
                     name="keep_" + variable.path.replace("/", "_"),
                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
                 )
+                made.add(index)
             keeps[index] = keep
+        for group in groups:
+            if made.issuperset(group.indices):
+                _start(group, keeps, variables, frozen)
 
         def signature(gs):
             return [(id(g.rule), g.indices) for g in gs]
@@ -80,12 +91,14 @@ class RuleState:
 
         Those that may update after `step`, or at it unless `prepared` (the
         caller applies those due at the first step of a call before it, with
-        `due_at`). A rule without a bound (`last_update_step()` None) always.
+        `due_at`; never a rule that `uses_gradients`, which only the step has).
+        A rule without a bound (`last_update_step()` None) always.
         """
         found = set()
         for number, group in enumerate(self.groups):
             last = rules.last_update_of(group)
-            if last is None or last > step or (last == step and not prepared):
+            at_call = not prepared or group.rule.uses_gradients
+            if last is None or last > step or (last == step and at_call):
                 found.add(number)
         return frozenset(found)
 
@@ -115,6 +128,22 @@ class RuleState:
     def indices_in_step(self):
         """Positions of the variables whose rule the step runs."""
         return {i for number in self.in_step for i in self.groups[number].indices}
+
+    def in_step_where(self, uses_gradients):
+        """The rules of `in_step` that run before the forward pass (False) or after
+        the gradients (True)."""
+        return frozenset(
+            n for n in self.in_step if self.groups[n].rule.uses_gradients == uses_gradients
+        )
+
+    def regrowing_indices(self, numbers):
+        """Positions of the variables whose rule (at `numbers`) regrows entries."""
+        return {
+            i
+            for n in numbers
+            if self.groups[n].rule.regrows
+            for i in self.groups[n].indices
+        }
 
     def zeroed(self, optimizer, variables):
         """Positions whose dropped entries' optimizer state is 0 and stays 0 by itself.
@@ -159,8 +188,18 @@ class RuleState:
         handles = [paths.handle(v) for v in variables]
         state = traits.zeroable_state(optimizer, variables, self.keeps)
         if applied:
+            fresh = {
+                i: traits.fresh_state(optimizer, variables[i])
+                for i in self.regrowing_indices(applied)
+            }
             self.apply(
-                tf.constant(step, tf.int64), handles, frozen, declared, state, only=applied
+                tf.constant(step, tf.int64),
+                handles,
+                frozen,
+                declared,
+                state,
+                only=applied,
+                fresh=fresh,
             )
         if settle:
             self.settle(handles, frozen, state)
@@ -177,13 +216,25 @@ class RuleState:
                 keep.assign(np.asarray(value, bool))
         return rest
 
-    def apply(self, step, variables, frozen, declared, state=None, only=None):
+    def apply(
+        self,
+        step,
+        variables,
+        frozen,
+        declared,
+        state=None,
+        only=None,
+        gradients=None,
+        fresh=None,
+    ):
         """In the step: runs each rule that updates at optimizer `step` (traced once).
 
-        A rule that updates gets new keep masks for its variables, and the
-        weights it drops are set to +0.0, with the optimizer state listed for
-        them in `state`. Under a distribution strategy this runs in
-        cross-replica context, and each replica computes the same mask.
+        A rule that updates gets new keep masks for its variables (all of
+        them computed before any is assigned), the weights it drops are set
+        to +0.0 with the optimizer state listed for them in `state`, and the
+        entries it grows back (a rule that `regrows`) get the fresh state of
+        `fresh`. Under a distribution strategy this runs in cross-replica
+        context: every replica gets the same masks.
 
         Args:
           step: the optimizer's `iterations` (a variable or tensor).
@@ -194,9 +245,13 @@ class RuleState:
             that says where it freezes an entry (those are never dropped).
           state: `{position: [variables of its shape]}`, the optimizer state
             whose dropped entries are set to 0 with the weights
-            (`maskfit.dropped_entries`); none by default.
+            (`maskfit.optim.traits.zeroable_state`); none by default.
           only: positions in `groups` of the rules to run; all by default.
             Called eagerly (outside the step) this runs them at once.
+          gradients: one gradient (or None) per variable of the step, for
+            the rules that `uses_gradients` (summed over replicas for them).
+          fresh: `{position: [(state variable, fresh value)]}` for the
+            variables of rules that regrow (`maskfit.optim.traits.fresh_state`).
         """
         state = state or {}
         groups = [
@@ -208,24 +263,21 @@ class RuleState:
         if not groups:
             return
 
-        def apply_all(distribution):
+        def apply_all(distribution, gradients):
             value = step.value if isinstance(step, keras.Variable) else step
             current_step = tf.cast(tf.convert_to_tensor(value), tf.int64)
             for rule, indices in groups:
 
                 def update(rule=rule, indices=indices):
-                    ops = [
-                        self._update_one(
-                            distribution,
-                            rule,
-                            current_step,
-                            variables[i],
-                            i,
-                            declared.get(i),
-                            state.get(i, ()),
-                        )
-                        for i in indices
+                    entries = [
+                        (variables[i], i, declared.get(i), state.get(i, ())) for i in indices
                     ]
+                    summed = None
+                    if rule.uses_gradients:
+                        summed = [_summed(distribution, gradients[i]) for i in indices]
+                    ops = self._update_group(
+                        distribution, rule, current_step, entries, summed, fresh or {}
+                    )
                     with tf.control_dependencies(ops):
                         return tf.constant(True)
 
@@ -233,7 +285,7 @@ class RuleState:
                     rule.should_update(current_step), update, lambda: tf.constant(False)
                 )
 
-        internals.merge_call(apply_all, tf.distribute.get_strategy())
+        internals.merge_call(apply_all, tf.distribute.get_strategy(), gradients)
 
     def settle(self, variables, frozen, state):
         """Sets every dropped entry to +0.0, in the weights and in `state` (eagerly).
@@ -255,37 +307,126 @@ class RuleState:
             for target in (variables[index],) + tuple(state.get(index, ())):
                 target.assign(mask_state.where_masked(target, keep))
 
-    def _update_one(self, distribution, rule, step, variable, index, declared, state):
-        """New keep mask for one variable; the weights it drops (and `state`) set to +0.0."""
-        keep_variable = self.keeps[index]
-        current = () if declared is None else (declared[0],)
+    def _update_group(self, distribution, rule, step, entries, gradients, fresh):
+        """New keep masks for one rule's variables; the weights they drop (and their
+        state) set to +0.0, the entries they grow back given fresh state.
 
-        def new_keep(keep, weights, *values):
-            weights = tf.convert_to_tensor(weights)
-            protected = None
-            if values:
+        Every keep mask is computed (`rule.keep_masks`, from every variable's
+        value, read once for all replicas) before any is assigned or any
+        weight dropped.
+
+        Args:
+          entries: `(variable, position, declared or None, state)` per variable.
+          gradients: the variables' summed gradients, or None.
+          fresh: as for `apply`.
+
+        Returns:
+          The ops that assign the keep masks, drop and regrow.
+        """
+        weights, protected = [], []
+        for variable, index, declared, _ in entries:
+            value = tf.convert_to_tensor(variable)
+            guarded = None
+            if declared is not None:
                 # Entries the declared mask freezes (and that are kept) stay.
-                frozen = declared[1](values[0])
-                protected = tf.logical_and(
-                    tf.broadcast_to(frozen, tf.shape(weights)), keep
+                frozen = declared[1](tf.convert_to_tensor(declared[0]))
+                guarded = tf.logical_and(
+                    tf.broadcast_to(frozen, tf.shape(value)),
+                    tf.convert_to_tensor(self.keeps[index]),
                 )
-            kept = _as_keep(rule.keep_mask(step, weights, protected))
-            if protected is not None:
-                kept = tf.logical_or(kept, protected)
-            return keep.assign(kept)
-
-        def drop(weights, keep):
-            return weights.assign(mask_state.where_masked(weights, keep))
-
-        assigned = distribution.extended.update(
-            keep_variable, new_keep, args=(variable,) + current, group=False
+            weights.append(value)
+            protected.append(guarded)
+        keeps = [tf.convert_to_tensor(self.keeps[e[1]]) for e in entries]
+        kept = list(
+            rule.keep_masks(
+                step,
+                [e[0] for e in entries],
+                weights,
+                protected,
+                keeps=keeps,
+                gradients=gradients,
+            )
         )
-        dropped = []
-        with tf.control_dependencies(tf.nest.flatten(assigned)):
+        if len(kept) != len(entries):
+            raise ValueError(
+                f"{type(rule).__name__}.keep_masks returned {len(kept)} masks for"
+                f" {len(entries)} variables; it must return one per variable."
+            )
+
+        def assign(target, value):
+            return target.assign(value)
+
+        def drop(target, keep):
+            return target.assign(mask_state.where_masked(target, keep))
+
+        def regrow(target, grown, value):
+            return target.assign(tf.where(grown, tf.cast(value, target.dtype), target))
+
+        finite = None
+        if gradients is not None:
+            # A loss-scale overflow (the optimizer skipped this step): no update.
+            finite = tf.reduce_all(
+                [tf.reduce_all(tf.math.is_finite(g)) for g in gradients if g is not None]
+            )
+        ops = []
+        for (variable, index, _, state), keep, guarded in zip(entries, kept, protected):
+            keep = _as_keep(keep)
+            if guarded is not None:
+                keep = tf.logical_or(keep, guarded)
+            keep_variable = self.keeps[index]
+            if finite is not None:
+                keep = tf.where(finite, keep, tf.convert_to_tensor(keep_variable))
+            grown = None
+            if rule.regrows:
+                grown = tf.logical_and(keep, tf.logical_not(tf.convert_to_tensor(keep_variable)))
+            ops += tf.nest.flatten(
+                distribution.extended.update(keep_variable, assign, args=(keep,), group=False)
+            )
             for target in (variable,) + tuple(state):
-                dropped.append(
+                ops += tf.nest.flatten(
+                    distribution.extended.update(target, drop, args=(keep,), group=False)
+                )
+            for target, value in fresh.get(index, ()) if grown is not None else ():
+                ops += tf.nest.flatten(
                     distribution.extended.update(
-                        target, drop, args=(keep_variable,), group=False
+                        target, regrow, args=(grown, value), group=False
                     )
                 )
-        return tf.group(tf.nest.flatten(dropped))
+        return ops
+
+
+def _summed(distribution, gradient):
+    """A gradient (dense), summed over the replicas of `distribution`."""
+    if gradient is None:
+        return None
+    if distribution.num_replicas_in_sync > 1:
+        gradient = distribution.reduce(tf.distribute.ReduceOp.SUM, gradient, axis=None)
+    return tf.convert_to_tensor(gradient)
+
+
+def _start(group, keeps, variables, frozen):
+    """Assigns a rule's `initial_keep_masks` (if any) to its new keep masks."""
+    covered = [variables[i] for i in group.indices]
+    initial = group.rule.initial_keep_masks(
+        covered, [frozen.get(i) for i in group.indices]
+    )
+    if initial is None:
+        return
+    initial = list(initial)
+    if len(initial) != len(covered):
+        raise ValueError(
+            f"{type(group.rule).__name__}.initial_keep_masks returned {len(initial)}"
+            f" masks for {len(covered)} variables of layer '{group.layer.name}'; it"
+            " must return one per variable."
+        )
+    for index, variable, mask in zip(group.indices, covered, initial):
+        mask = np.asarray(mask, bool)
+        if mask.shape != tuple(variable.shape):
+            raise ValueError(
+                f"{type(group.rule).__name__}.initial_keep_masks returned a mask of"
+                f" shape {mask.shape} for variable '{variable.path}' of shape"
+                f" {tuple(variable.shape)}."
+            )
+        if frozen.get(index) is not None:
+            mask = mask | np.broadcast_to(frozen[index], mask.shape)
+        keeps[index].assign(mask)

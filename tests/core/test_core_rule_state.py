@@ -117,7 +117,7 @@ def test_a_bound_that_is_not_an_integer_is_one_type_error():
     layer = _layer()
     state, groups = _state(layer, KeepPositive(updates=(0, 2.5)))
     state.update(groups, layer.trainable_weights)
-    with pytest.raises(TypeError, match=r"KeepPositive.last_update_step\(\).*'d'.*2.5"):
+    with pytest.raises(TypeError, match=r"KeepPositive on layer 'd': last_update_step\(\) must.*2.5"):
         state.in_step_from(0, prepared=True)
 
 
@@ -152,3 +152,89 @@ def test_pinned_variables_and_averages_do_not_move():
         optimizer.apply([tf.ones((2, 3)), tf.ones(3)], layer.trainable_weights)
     for variable, value in zip(layer.trainable_weights, before):
         np.testing.assert_array_equal(variable.numpy(), value)
+
+
+class SwapWithGradient(rules.MaskRule):
+    """Drops the smallest kept entry and grows the inactive one with the largest
+    gradient, in step `at`: a tiny RigL."""
+
+    uses_gradients = True
+    regrows = True
+
+    def __init__(self, at=0):
+        self.at = at
+
+    def variables(self, layer):
+        return [layer.kernel]
+
+    def should_update(self, step):
+        return tf.equal(step, self.at)
+
+    def last_update_step(self):
+        return self.at
+
+    def keep_masks(self, step, variables, weights, protected, keeps, gradients=None):
+        self.seen = gradients
+        (w,), (g,) = weights, gradients
+        flat_w, flat_g = tf.reshape(tf.abs(w), [-1]), tf.reshape(tf.abs(g), [-1])
+        active = tf.reshape(tf.not_equal(w, 0), [-1])
+        weakest = tf.argmin(tf.where(active, flat_w, np.inf))
+        strongest = tf.argmax(tf.where(active, -1.0, flat_g))
+        keep = tf.tensor_scatter_nd_update(active, [[weakest]], [False])
+        keep = tf.tensor_scatter_nd_update(keep, [[strongest]], [True])
+        return [tf.reshape(keep, tf.shape(w))]
+
+    def get_config(self):
+        return {"at": self.at}
+
+
+def test_a_rule_that_reads_gradients_regrows_an_entry_with_fresh_state():
+    layer = _layer()
+    variables = layer.trainable_weights
+    state, groups = _state(layer, SwapWithGradient(at=3))
+    state.update(groups, variables)
+    state.load({0: np.array([[True, True, True], [True, True, False]])})
+    layer.kernel.assign(layer.kernel.numpy() * state.keeps[0].numpy())
+    optimizer = keras.optimizers.Adagrad(0.1)
+    optimizer.build(variables)
+    accumulator = traits.state_of(optimizer, layer.kernel)[0]
+    accumulator.assign(tf.fill((2, 3), 5.0))
+    gradients = [tf.constant([[0.1, 0.2, 0.3], [0.4, 0.5, 9.0]]), None]
+    fresh = {0: traits.fresh_state(optimizer, layer.kernel)}
+    handles = [paths.handle(v) for v in variables]
+    state.apply(tf.constant(3, tf.int64), handles, frozen=frozenset(), declared={},
+                gradients=gradients, fresh=fresh)
+    keep = state.keeps[0].numpy()
+    # |w| smallest kept was 1.0 at (0, 0); the largest gradient among inactive is (1, 2).
+    np.testing.assert_array_equal(keep, [[False, True, True], [True, True, True]])
+    assert layer.kernel.numpy()[0, 0] == 0 and layer.kernel.numpy()[1, 2] == 0
+    np.testing.assert_array_equal(
+        accumulator.numpy(), np.float32([[5.0, 5.0, 5.0], [5.0, 5.0, 0.1]])
+    )
+    # Not in another step:
+    state.apply(tf.constant(4, tf.int64), handles, frozenset(), {}, gradients=gradients)
+    np.testing.assert_array_equal(state.keeps[0].numpy(), keep)
+
+
+def test_a_rule_that_reads_gradients_is_always_traced_into_the_step():
+    layer = _layer()
+    state, groups = _state(layer, SwapWithGradient(at=3))
+    state.update(groups, layer.trainable_weights)
+    assert state.in_step_from(3, prepared=True) == {0}
+    state.in_step = state.in_step_from(3, prepared=True)
+    assert state.in_step_where(True) == {0} and not state.in_step_where(False)
+
+
+def test_a_rule_without_keep_masks_is_refused_when_declared():
+    class Nothing(rules.MaskRule):
+        def variables(self, layer):
+            return [layer.kernel]
+
+        def should_update(self, step):
+            return tf.constant(True)
+
+        def get_config(self):
+            return {}
+
+    with pytest.raises(TypeError, match="Nothing says no keep masks"):
+        rules.set_rule(_layer(), Nothing())
