@@ -19,6 +19,8 @@ from maskfit.declare import get_mask
 from maskfit.declare import set_mask
 from maskfit.gradients import custom_gradient
 from maskfit.gradients import reduce_to_shape
+from maskfit.layerwise import LayerwiseBlock
+from maskfit.layerwise import layerwise_decay
 from maskfit.model import MaskedModel
 from maskfit.model import MaskedSequential
 from maskfit.output_units import SHARED
@@ -39,6 +41,8 @@ __all__ = [
     "ElementMask",
     "get_mask",
     "layers",
+    "LayerwiseBlock",
+    "layerwise_decay",
     "MaskedModel",
     "MaskedSequential",
     "OutputMask",
