@@ -26,6 +26,7 @@ import threading
 import typing
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from maskfit import internals
@@ -297,6 +298,20 @@ def _multiplier_tensor(multiplier, variable, gradient=None, positive=False):
     return m
 
 
+def _is_one(multiplier):
+    """Whether `multiplier` is None, or known at trace time to be exactly 1.
+
+    Such a variable is stepped by the optimizer's own graph, untouched: TF's
+    graph optimizer may round `learning_rate * 1` and the stock graph apart.
+    """
+    if multiplier is None:
+        return True
+    if callable(multiplier):
+        return False
+    value = tf.get_static_value(multiplier)
+    return value is not None and bool(np.all(np.asarray(value) == 1))
+
+
 def _name(variable):
     return getattr(variable, "path", None) or variable.name
 
@@ -336,7 +351,7 @@ class _Scaling:
 
     def update_step(self, gradient, variable, learning_rate):
         multiplier = self.table.get(variable_key(self.optimizer, variable))
-        if multiplier is None:
+        if _is_one(multiplier):
             return self._original_update_step(gradient, variable, learning_rate)
         m = _multiplier_tensor(multiplier, variable, gradient, self.divides)
         if self.mode == LEARNING_RATE:
@@ -349,11 +364,12 @@ class _Scaling:
 
     def apply_weight_decay(self, original, variables):
         keys = [variable_key(self.optimizer, v) for v in variables]
-        plain = [v for v, key in zip(variables, keys) if key not in self.table]
+        scaled = [not _is_one(self.table.get(key)) for key in keys]
+        plain = [v for v, s in zip(variables, scaled) if not s]
         if plain:
             original(plain)
-        for variable, key in zip(variables, keys):
-            if key in self.table:
+        for variable, key, s in zip(variables, keys, scaled):
+            if s:
                 # Alone, so that the learning rate it reads is its own.
                 self.decaying = (self.table[key], variable)
                 try:
@@ -366,7 +382,8 @@ class _Scaling:
         if self.decaying is None:
             return learning_rate
         multiplier, variable = self.decaying
-        return _times(learning_rate, _multiplier_tensor(multiplier, variable))
+        m = _multiplier_tensor(multiplier, variable, positive=self.divides)
+        return _times(learning_rate, m)
 
 
 _active = {}  # id(optimizer) -> _Scaling
@@ -420,6 +437,8 @@ def scaled_learning_rates(optimizer, multipliers):
     if not pairs:
         yield
         return
+    for variable, m in pairs:
+        _multiplier_tensor(m, variable)  # its shape, before anything moves
     table = {variable_key(leaves[0], variable): m for variable, m in pairs}
     entered = []
     thread = threading.get_ident()
