@@ -7,8 +7,9 @@ for each variable given a multiplier `m`, and its decoupled weight decay uses
 `learning_rate * m` for it too. For every optimizer Keras ships that is
 exactly that variable having its own optimizer at learning rate x m (PyTorch's
 parameter groups), since none of them uses the learning rate anywhere else;
-`KERAS_OPTIMIZERS` says, per class, what else m means (whether one step is m
-times the stock step). Variables without a multiplier are untouched: their
+`maskfit.optimizer_rates.KERAS_OPTIMIZERS` says, per class, what else m means
+(whether one step is m times the stock step). Variables without a multiplier
+are untouched: their
 updates are bit-identical to stock Keras.
 
 An optimizer class that overrides `update_step` itself is not known to use
@@ -23,229 +24,16 @@ inside the `with`.
 
 import contextlib
 import threading
-import typing
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from maskfit import internals
+from maskfit import optimizer_rates
+from maskfit.optimizer_rates import LEARNING_RATE
+from maskfit.optimizer_rates import STEP
 
-__all__ = [
-    "KERAS_OPTIMIZERS",
-    "LEARNING_RATE",
-    "STEP",
-    "OptimizerRates",
-    "multiplier_mode",
-    "scale_step",
-    "scaled_learning_rates",
-]
-
-LEARNING_RATE = "learning_rate"
-STEP = "step"
-# The class attribute an optimizer class sets to say how its `update_step`
-# takes a multiplier: LEARNING_RATE (it uses `learning_rate` only as Keras's
-# own optimizers do) or STEP.
-MODE_ATTRIBUTE = "maskfit_multiplier_mode"
-
-
-class OptimizerRates(typing.NamedTuple):
-    """How a multiplier m acts on one Keras optimizer class.
-
-    Attributes:
-      mode: `LEARNING_RATE`: `update_step` gets `learning_rate * m`, which is
-        exactly its own optimizer at learning rate x m.
-      linear: whether its update is linear in the learning rate: one step
-        from the same state moves each entry by m times the stock step.
-      divides: whether it divides by the learning rate, so m = 0 cannot be
-        passed on: entries with m = 0 then run at m = 1 (they are frozen
-        entries, which the training step puts back).
-      note: what else m means, for the docs.
-    """
-
-    mode: str
-    linear: bool
-    divides: bool
-    note: str
-
-
-def _linear(note):
-    return OptimizerRates(LEARNING_RATE, True, False, note)
-
-
-# Read in keras/src/optimizers/*.py of Keras 3.10.0 and 3.15.1: every one uses
-# `learning_rate` only inside `update_step` and the weight decay.
-KERAS_OPTIMIZERS = {
-    "SGD": _linear(
-        "The velocity holds lr x gradient: with momentum, a step at a new m"
-        " keeps the velocity built at the old one, as its own optimizer would."
-    ),
-    "Adam": _linear("lr scales the step; the moments never see it."),
-    "AdamW": _linear("lr scales the step and the decoupled weight decay."),
-    "Adamax": _linear("lr scales the step; the moments never see it."),
-    "Nadam": _linear("lr scales the step; the moments never see it."),
-    "RMSprop": _linear(
-        "lr scales the increment; with momentum, the momentum holds lr-scaled"
-        " increments, as SGD's velocity does."
-    ),
-    "Adagrad": _linear("lr scales the step; the accumulator never sees it."),
-    "Adadelta": _linear(
-        "lr scales the applied delta; the accumulated deltas are kept unscaled."
-    ),
-    "Ftrl": OptimizerRates(
-        LEARNING_RATE,
-        False,
-        True,
-        "lr enters the linear term and the closed-form weights, not as a factor"
-        " of the step: m is its own optimizer at lr x m, not m times the step.",
-    ),
-    "Lion": _linear("lr scales the signed step; the momentum never sees it."),
-    "Lamb": _linear(
-        "The trust ratio is the variable's (weights and unscaled update): a"
-        " per-entry m scales each entry's step, the ratio stays per variable."
-    ),
-    "Adafactor": OptimizerRates(
-        LEARNING_RATE,
-        False,
-        False,
-        "Its step size is min(lr, 1/sqrt(t)) x RMS(variable): lr x m is capped"
-        " at 1/sqrt(t) as its own optimizer's would be, so m scales the step"
-        " only below that cap.",
-    ),
-    "Muon": _linear(
-        "lr scales the orthogonalized step (and, x adam_lr_ratio, the AdamW"
-        " step of the variables it leaves to AdamW)."
-    ),
-    "ScheduleFreeAdamW": _linear(
-        "lr scales the steps of its base sequence z; the weights interpolate"
-        " between z and their average, so under a constant m the whole path"
-        " moves m times as far."
-    ),
-}
-
-_MISSING = object()
-
-
-# Keras private members this module touches, each in one accessor below.
-# (where, member, what it is for), in internals.PRIVATE_MEMBERS's format;
-# checked on Keras 3.10.0 (TF 2.16.2) and Keras 3.15.1 (TF 2.21.0).
-PRIVATE_MEMBERS = (
-    (
-        "keras.optimizers.Optimizer",
-        "_var_key",
-        "the key the optimizer files a variable under: the same for a Keras"
-        " variable, its tf.Variable and, under a strategy, each replica's"
-        " component, which is what `update_step` is handed.",
-    ),
-    (
-        "keras.optimizers.Optimizer",
-        "_apply_weight_decay",
-        "the decoupled weight decay, run on all variables before any"
-        " `update_step`; hooked per instance so that each scaled variable's"
-        " decay runs alone, with its learning rate x m.",
-    ),
-    (
-        "keras.optimizers.Optimizer",
-        "_get_current_learning_rate",
-        "what the public `learning_rate` property returns (a property cannot"
-        " be overridden on an instance): hooked so that the weight decay of a"
-        " scaled variable reads learning_rate x m, on the replica's device.",
-    ),
-)
-
-
-def variable_key(optimizer, variable):
-    """The key `optimizer` files `variable` under (a Keras variable, its
-    tf.Variable, or a replica's component of it)."""
-    return optimizer._var_key(variable)
-
-
-def weight_decay_owner(optimizer_class):
-    """The class whose `_apply_weight_decay` instances of `optimizer_class` run."""
-    return _defining_class(optimizer_class, "_apply_weight_decay")
-
-
-def hook_weight_decay(optimizer, hook):
-    """Makes `optimizer` apply weight decay with `hook(original, variables)`.
-
-    Returns a function that undoes it.
-    """
-    original = optimizer._apply_weight_decay
-    return _set_method(
-        optimizer, "_apply_weight_decay", lambda variables: hook(original, variables)
-    )
-
-
-def hook_current_learning_rate(optimizer, hook):
-    """Makes `optimizer.learning_rate` return `hook(original)`; returns the undo."""
-    original = optimizer._get_current_learning_rate
-    return _set_method(optimizer, "_get_current_learning_rate", lambda: hook(original))
-
-
-def _set_method(optimizer, name, function):
-    """Sets instance attribute `name` to `function`; returns a function that undoes it."""
-    previous = vars(optimizer).get(name, _MISSING)
-    setattr(optimizer, name, function)
-
-    def undo():
-        if previous is _MISSING:
-            delattr(optimizer, name)
-        else:
-            setattr(optimizer, name, previous)
-
-    return undo
-
-
-def _defining_class(cls, name):
-    return next(c for c in cls.__mro__ if name in vars(c))
-
-
-def _keras_class_name(cls):
-    """The name of `cls` in `keras.optimizers` if it is that very class, else None."""
-    name = cls.__name__
-    return name if getattr(keras.optimizers, name, None) is cls else None
-
-
-def multiplier_mode(optimizer):
-    """How `optimizer` (one that steps variables itself) takes multipliers.
-
-    Returns:
-      `LEARNING_RATE` when its `update_step` is that of a Keras optimizer in
-      `KERAS_OPTIMIZERS` (a subclass that does not override it included), or
-      its class says so with `maskfit_multiplier_mode = "learning_rate"`;
-      `STEP` otherwise: m then scales the step its `update_step` took.
-
-    Raises:
-      TypeError: when its class overrides the weight decay
-        (`_apply_weight_decay`) without declaring `maskfit_multiplier_mode`,
-        or declares a mode that is neither.
-    """
-    cls = type(optimizer)
-    declared = getattr(cls, MODE_ATTRIBUTE, None)
-    if declared is not None:
-        if declared not in (LEARNING_RATE, STEP):
-            raise TypeError(
-                f"{cls.__name__}.{MODE_ATTRIBUTE} must be {LEARNING_RATE!r} or"
-                f" {STEP!r}. Received: {declared!r}"
-            )
-        return declared
-    decay = weight_decay_owner(cls)
-    if not decay.__module__.startswith("keras."):
-        raise TypeError(
-            f"{cls.__name__} overrides the weight decay (in {decay.__name__}), so"
-            " maskfit cannot tell whether its decay would follow a learning-rate"
-            f" multiplier. Set `{MODE_ATTRIBUTE} = {LEARNING_RATE!r}` on the class"
-            " if it uses `self.learning_rate` as Keras's optimizers do (or"
-            f" {STEP!r} to scale each step it takes), or drop the override."
-        )
-    name = _keras_class_name(_defining_class(cls, "update_step"))
-    return KERAS_OPTIMIZERS[name].mode if name in KERAS_OPTIMIZERS else STEP
-
-
-def _rates(optimizer):
-    name = _keras_class_name(_defining_class(type(optimizer), "update_step"))
-    return KERAS_OPTIMIZERS.get(name)
-
+__all__ = ["LEARNING_RATE", "STEP", "scale_step", "scaled_learning_rates"]
 
 def scale_step(old, updated, multiplier):
     """Returns `old + multiplier * (updated - old)`: `updated` where it is 1, `old` where 0.
@@ -278,8 +66,9 @@ def _multiplier_tensor(multiplier, variable, gradient=None, positive=False):
         m = tf.cast(m, tf.float32)
     shape = tuple(variable.shape)
     try:
-        fits = m.shape.rank <= len(shape) and (
-            tuple(tf.broadcast_static_shape(m.shape, tf.TensorShape(shape))) == shape
+        fits = m.shape.rank is None or (
+            m.shape.rank <= len(shape)
+            and tuple(tf.broadcast_static_shape(m.shape, tf.TensorShape(shape))) == shape
         )
     except ValueError:
         fits = False
@@ -291,6 +80,8 @@ def _multiplier_tensor(multiplier, variable, gradient=None, positive=False):
         )
     if positive:
         m = tf.where(m > 0, m, tf.ones_like(m))
+    if m.shape.rank == 0:
+        return m
     if m.shape.num_elements() == 1:
         return tf.reshape(m, [])
     if isinstance(gradient, tf.IndexedSlices):
@@ -333,16 +124,18 @@ class _Scaling:
     def __init__(self, optimizer, table):
         self.optimizer = optimizer
         self.table = table
-        self.mode = multiplier_mode(optimizer)
-        rates = _rates(optimizer)
+        self.mode = optimizer_rates.multiplier_mode(optimizer)
+        rates = optimizer_rates.keras_rates(optimizer)
         self.divides = rates is not None and rates.divides and self.mode == LEARNING_RATE
         self.threads = set()
         self.decaying = None  # (multiplier, variable) of the decay being applied
         self._original_update_step = optimizer.update_step
         self._undo = [
-            _set_method(optimizer, "update_step", self.update_step),
-            hook_weight_decay(optimizer, self.apply_weight_decay),
-            hook_current_learning_rate(optimizer, self.current_learning_rate),
+            optimizer_rates.set_method(optimizer, "update_step", self.update_step),
+            optimizer_rates.hook_weight_decay(optimizer, self.apply_weight_decay),
+            optimizer_rates.hook_current_learning_rate(
+                optimizer, self.current_learning_rate
+            ),
         ]
 
     def remove(self):
@@ -350,7 +143,8 @@ class _Scaling:
             undo()
 
     def update_step(self, gradient, variable, learning_rate):
-        multiplier = self.table.get(variable_key(self.optimizer, variable))
+        key = optimizer_rates.variable_key(self.optimizer, variable)
+        multiplier = self.table.get(key)
         if _is_one(multiplier):
             return self._original_update_step(gradient, variable, learning_rate)
         m = _multiplier_tensor(multiplier, variable, gradient, self.divides)
@@ -363,7 +157,7 @@ class _Scaling:
         variable.assign(scale_step(old, tf.convert_to_tensor(variable), m))
 
     def apply_weight_decay(self, original, variables):
-        keys = [variable_key(self.optimizer, v) for v in variables]
+        keys = [optimizer_rates.variable_key(self.optimizer, v) for v in variables]
         scaled = [not _is_one(self.table.get(key)) for key in keys]
         plain = [v for v, s in zip(variables, scaled) if not s]
         if plain:
@@ -403,7 +197,7 @@ def scaled_learning_rates(optimizer, multipliers):
     eager step). Every optimizer within `optimizer` (a `LossScaleOptimizer`'s,
     a `MultiOptimizer`'s) then passes `learning_rate * m` to its `update_step`
     and its weight decay for each variable with a multiplier `m`
-    (`multiplier_mode` says which classes get `scale_step` instead). Other
+    (`optimizer_rates.multiplier_mode` says which get `scale_step` instead). Other
     variables are updated exactly as without it.
 
     Args:
@@ -420,7 +214,7 @@ def scaled_learning_rates(optimizer, multipliers):
 
     Raises:
       TypeError: when an optimizer within cannot take multipliers
-        (`multiplier_mode`).
+        (`optimizer_rates.multiplier_mode`).
       RuntimeError: when the same thread enters it twice for one optimizer.
 
     Example:
@@ -439,7 +233,7 @@ def scaled_learning_rates(optimizer, multipliers):
         return
     for variable, m in pairs:
         _multiplier_tensor(m, variable)  # its shape, before anything moves
-    table = {variable_key(leaves[0], variable): m for variable, m in pairs}
+    table = {optimizer_rates.variable_key(leaves[0], variable): m for variable, m in pairs}
     entered = []
     thread = threading.get_ident()
     try:

@@ -18,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 from keras_versions import param_if_shipped
 from maskfit import learning_rates
+from maskfit import optimizer_rates
 from maskfit.learning_rates import scaled_learning_rates
 from test_exactness import OPTIMIZERS
 
@@ -28,7 +29,8 @@ COLUMNS = (0.1, 0.5, 3.0, 1.0)
 # Whose update couples a variable's entries through its weights (Lamb's trust
 # ratio, Adafactor's RMS): a per-entry multiplier is not a per-entry optimizer.
 COUPLED = ("Lamb", "Adafactor")
-EXECUTIONS = ("eager", "graph", "jit")
+# Graph first: it computes the references the others compare with.
+EXECUTIONS = ("graph", "eager", "jit")
 # Two computations of one value (the references run in graph mode).
 TOLERANCE = dict(rtol=2e-5, atol=1e-6)
 
@@ -64,11 +66,16 @@ def train(step, execution, steps=STEPS):
             step(tf.constant(i))
         return
 
-    @tf.function(jit_compile=execution == "jit")
-    def loop():
-        for i in tf.range(steps):
-            step(i)
+    def body(i):
+        step(i)  # stateful: the loop runs it (automatic control dependencies)
+        return i + 1
 
+    # Without autograph, which would convert Keras's optimizer code too.
+    loop = tf.function(
+        lambda: tf.while_loop(lambda i: i < steps, body, [tf.constant(0)]),
+        jit_compile=execution == "jit",
+        autograph=False,
+    )
     loop()
 
 
@@ -89,68 +96,90 @@ def values(variables):
     return {k: v.numpy() for k, v in variables.items()}
 
 
+# The references: INIT trained by an optimizer at its schedule x m.
+REFERENCE_MS = (*MULTIPLIERS, 1.0)
 _references = {}
 
 
+def reference_steps(name):
+    """`(step, values)`: a step applying one optimizer per m in REFERENCE_MS to its
+    own copy of INIT, and a function returning `{m: value}` afterwards."""
+    variables = {m: keras.Variable(INIT) for m in REFERENCE_MS}
+    optimizers = {m: built(make(name, m), [v]) for m, v in variables.items()}
+
+    def step(i):
+        for m, optimizer in optimizers.items():
+            optimizer.apply([tf.gather(GRADS, i)], [variables[m]])
+
+    return step, lambda: values(variables)
+
+
 def references(name):
-    """`{m: value}`: INIT trained by `name` at its schedule x m (graph mode, cached)."""
+    """`{m: value}` for m in REFERENCE_MS (graph mode, cached)."""
     if name not in _references:
-        variables = {m: keras.Variable(INIT) for m in MULTIPLIERS}
-        optimizers = {m: built(make(name, m), [v]) for m, v in variables.items()}
-        train(
-            lambda i: [o.apply([tf.gather(GRADS, i)], [variables[m]]) for m, o in optimizers.items()],
-            "graph",
-        )
-        _references[name] = values(variables)
+        step, found = reference_steps(name)
+        train(step, "graph")
+        _references[name] = found()
     return _references[name]
 
 
 @pytest.mark.parametrize("execution", EXECUTIONS)
 @pytest.mark.parametrize("name", [param_if_shipped(name) for name in sorted(OPTIMIZERS)])
 def test_multiplier_is_the_optimizer_at_learning_rate_times_m(name, execution):
-    # Every case in graph mode. Eager and jit (slow per variable, and per
-    # compiled op) run one variable per multiplier only where the optimizer
-    # couples a variable's entries; elsewhere one variable, m per column.
-    scalars = execution == "graph" or name in COUPLED
+    # Every case in graph mode, which also computes the references. Eager
+    # and jit (slow per variable, and per compiled op) run one variable with
+    # m per column, and one variable per m only where the optimizer couples
+    # a variable's entries (one without a multiplier, and in eager, stock).
+    graph = execution == "graph"
+    scalars = graph or name in COUPLED
     scaled = {m: keras.Variable(INIT) for m in MULTIPLIERS} if scalars else {}
-    one = keras.Variable(INIT) if execution == "graph" else None
-    free, entries, stock = (keras.Variable(INIT) for _ in range(3))
-    variables = [*scaled.values(), *filter(None, [one]), free, entries]
+    one = keras.Variable(INIT) if graph else None
+    free, entries = keras.Variable(INIT), keras.Variable(INIT)
+    variables = [*scaled.values(), *([one] if graph else []), free, entries]
     # Per column; under the coupled optimizers, 0.5 on every entry.
     per_entry = np.full((3, 4), 0.5, "float32") if name in COUPLED else [COLUMNS]
     per_entry = tf.constant(per_entry, tf.float32)
     pairs = [(v, m) for m, v in scaled.items()] + [(entries, lambda: per_entry)]
-    pairs += [(one, 1.0)] if one is not None else []
+    pairs += [(one, 1.0)] if graph else []
     ours = built(make(name), variables)
-    plain = built(make(name), [stock])
+    grads = lambda i: [tf.gather(GRADS, i)] * len(variables)  # noqa: E731
+    steps = [lambda i: apply(ours, grads(i), variables, pairs)]
+    if execution == "eager":
+        stock = keras.Variable(INIT)
+        plain = built(make(name), [stock])
+        steps.append(lambda i: plain.apply([tf.gather(GRADS, i)], [stock]))
+    if graph and name not in _references:
+        reference_step, found = reference_steps(name)
+        steps.append(reference_step)
 
-    def step(i):
-        grad = tf.gather(GRADS, i)
-        apply(ours, [grad] * len(variables), variables, pairs)
-        plain.apply([grad], [stock])
+    train(lambda i: [step(i) for step in steps], execution)
 
-    train(step, execution)
-
+    if graph and name not in _references:
+        _references[name] = found()
     expected = references(name)
     for m, variable in scaled.items():
         assert np.any(expected[m] != INIT), f"{name} at x{m} did not move"
-        np.testing.assert_allclose(variable.numpy(), expected[m], **TOLERANCE, err_msg=f"x{m}")
+        np.testing.assert_allclose(
+            variable.numpy(), expected[m], **TOLERANCE, err_msg=f"x{m}"
+        )
     if name in COUPLED:
         np.testing.assert_allclose(entries.numpy(), expected[0.5], **TOLERANCE)
     else:
         for column, m in enumerate(COLUMNS):
-            want = stock.numpy() if m == 1 else expected[m]
             np.testing.assert_allclose(
-                entries.numpy()[:, column], want[:, column], **TOLERANCE, err_msg=f"x{m}"
+                entries.numpy()[:, column],
+                expected[m][:, column],
+                **TOLERANCE,
+                err_msg=f"x{m}",
             )
-    if one is not None:  # m = 1 takes the stock path: bit for bit
+    if graph:  # m = 1 takes the stock path: bit for bit
         np.testing.assert_array_equal(one.numpy(), free.numpy())
     if execution == "eager":
         np.testing.assert_array_equal(free.numpy(), stock.numpy())
     else:
         # TF's graph optimizer may round a learning rate read by several
         # variables and one read by one variable apart (seen: Adagrad, 1 ulp).
-        np.testing.assert_allclose(free.numpy(), stock.numpy(), **TOLERANCE)
+        np.testing.assert_allclose(free.numpy(), expected[1.0], **TOLERANCE)
 
 
 def scaled_and_references(name, multipliers, **settings):
@@ -203,26 +232,29 @@ def test_multipliers_compose_with_ema_and_gradient_accumulation(name, setting, e
 def test_multipliers_reach_the_optimizer_inside_a_loss_scale_optimizer(execution):
     variables = [keras.Variable(INIT) for _ in range(2)]
     ours = built(keras.optimizers.LossScaleOptimizer(make("AdamW")), variables)
-    pairs = [(variables[0], 0.5), (variables[1], lambda: tf.constant([COLUMNS]))]
-    references_ = [keras.Variable(INIT) for _ in COLUMNS]
-    plain = [built(make("AdamW", m), [v]) for m, v in zip(COLUMNS, references_)]
+    per_column = tf.constant([[0.5, 3.0, 3.0, 0.5]])
+    pairs = [(variables[0], 0.5), (variables[1], lambda: per_column)]
+    reference = {m: keras.Variable(INIT) for m in (0.5, 3.0)}
+    plain = {m: built(make("AdamW", m), [v]) for m, v in reference.items()}
     skipped = 7  # a step whose gradient is not finite: skipped by all
 
     def step(i):
         finite = tf.not_equal(i, skipped)
-        grad = tf.where(finite, tf.gather(GRADS, i), np.inf) * ours.dynamic_scale  # scale_loss's
-        apply(ours, [grad, grad], variables, pairs)
-        for optimizer, variable in zip(plain, references_):
+        grad = tf.where(finite, tf.gather(GRADS, i), np.inf) * ours.dynamic_scale
+        apply(ours, [grad, grad], variables, pairs)  # as after scale_loss
+        for m, optimizer in plain.items():
             keras.ops.cond(
-                finite, lambda o=optimizer, v=variable: o.apply([tf.gather(GRADS, i)], [v]), lambda: None
+                finite,
+                lambda o=optimizer, v=reference[m]: o.apply([tf.gather(GRADS, i)], [v]),
+                lambda: None,
             )
 
     train(step, execution)
     assert float(ours.dynamic_scale) == 2.0**14  # halved once, at the skipped step
-    np.testing.assert_allclose(variables[0].numpy(), references_[1].numpy(), **TOLERANCE)
-    for column in range(len(COLUMNS)):
+    np.testing.assert_allclose(variables[0].numpy(), reference[0.5].numpy(), **TOLERANCE)
+    for column, m in enumerate([0.5, 3.0, 3.0, 0.5]):
         np.testing.assert_allclose(
-            variables[1].numpy()[:, column], references_[column].numpy()[:, column], **TOLERANCE
+            variables[1].numpy()[:, column], reference[m].numpy()[:, column], **TOLERANCE
         )
 
 
@@ -261,7 +293,8 @@ def test_multipliers_scale_each_sub_optimizer_of_a_multi_optimizer(loss_scaled, 
     }
 
     def step(i):
-        grad = tf.gather(GRADS, i) * ours.dynamic_scale if loss_scaled else tf.gather(GRADS, i)
+        grad = tf.gather(GRADS, i)
+        grad = grad * ours.dynamic_scale if loss_scaled else grad
         apply(ours, [grad] * len(variables), variables, pairs)
         for optimizer, variable in reference.values():
             optimizer.apply([tf.gather(GRADS, i)], [variable])
@@ -379,7 +412,7 @@ def plain_descent(m=None):
 def test_an_optimizer_with_its_own_update_step_gets_its_steps_scaled(execution):
     variable, entries = keras.Variable(INIT), keras.Variable(INIT)
     ours = built(plain_descent(), [variable, entries])
-    assert learning_rates.multiplier_mode(ours) == learning_rates.STEP
+    assert optimizer_rates.multiplier_mode(ours) == optimizer_rates.STEP
     per_entry = tf.constant([[0.0, 0.5, 1.0, 3.0]])
     pairs = [(variable, 0.5), (entries, lambda: per_entry)]
     reference = {m: keras.Variable(INIT) for m in (0.5, 1.0, 3.0)}
@@ -411,8 +444,8 @@ def shipped_optimizers():
 
 def test_every_keras_optimizer_is_classified_and_takes_the_learning_rate_times_m():
     for cls in shipped_optimizers():
-        assert cls.__name__ in learning_rates.KERAS_OPTIMIZERS, cls.__name__
-        assert learning_rates.multiplier_mode(cls()) == learning_rates.LEARNING_RATE
+        assert cls.__name__ in optimizer_rates.KERAS_OPTIMIZERS, cls.__name__
+        assert optimizer_rates.multiplier_mode(cls()) == optimizer_rates.LEARNING_RATE
 
 
 def test_user_optimizer_classes_get_what_they_declare():
@@ -429,10 +462,10 @@ def test_user_optimizer_classes_get_what_they_declare():
     class Misdeclared(keras.optimizers.SGD):
         maskfit_multiplier_mode = "fast"
 
-    mode = learning_rates.multiplier_mode
-    assert mode(QuietAdam()) == learning_rates.LEARNING_RATE
-    assert mode(plain_descent()) == learning_rates.STEP
-    assert mode(DeclaredDescent(learning_rate=0.1)) == learning_rates.LEARNING_RATE
+    mode = optimizer_rates.multiplier_mode
+    assert mode(QuietAdam()) == optimizer_rates.LEARNING_RATE
+    assert mode(plain_descent()) == optimizer_rates.STEP
+    assert mode(DeclaredDescent(learning_rate=0.1)) == optimizer_rates.LEARNING_RATE
     variable = keras.Variable(INIT)
     with pytest.raises(TypeError, match="OwnDecay overrides the weight decay"):
         with scaled_learning_rates(built(OwnDecay(), [variable]), [(variable, 0.5)]):
@@ -519,15 +552,17 @@ def test_scale_step_is_exact_at_zero_and_one(entries):
 
 def test_the_private_keras_members_it_touches_exist():
     optimizer = keras.optimizers.SGD()
-    missing = [m for _, m, _ in learning_rates.PRIVATE_MEMBERS if not hasattr(optimizer, m)]
-    assert not missing
+    members = [member for _, member, _ in optimizer_rates.PRIVATE_MEMBERS]
+    assert [m for m in members if not hasattr(optimizer, m)] == []
 
 
 def test_the_docstring_examples_run():
     import doctest
 
-    results = doctest.testmod(learning_rates, extraglobs=dict(keras=keras, tf=tf))
-    assert results.attempted > 0 and results.failed == 0
+    for module in (learning_rates, optimizer_rates):
+        results = doctest.testmod(module, extraglobs=dict(keras=keras, tf=tf))
+        assert results.failed == 0
+    assert doctest.testmod(learning_rates, extraglobs=dict(keras=keras, tf=tf)).attempted
 
 
 @pytest.fixture(scope="module")
