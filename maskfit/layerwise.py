@@ -1,4 +1,4 @@
-"""Layer-wise learning-rate decay: each block learns at decay**depth, counted from the output."""
+"""Layer-wise learning-rate decay: each block learns at decay**depth from the output."""
 
 import math
 import numbers

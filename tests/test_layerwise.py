@@ -48,7 +48,8 @@ def test_sequential_blocks_count_from_the_output_and_skip_layers_without_weights
 def test_a_functional_chain_with_a_nested_model_is_one_block_per_layer():
     inputs = keras.Input((4,))
     inner = mlp(widths=(8,), name="inner")
-    outputs = keras.layers.Dense(3, name="head")(inner(keras.layers.Dense(4, name="a")(inputs)))
+    hidden = inner(keras.layers.Dense(4, name="a")(inputs))
+    outputs = keras.layers.Dense(3, name="head")(hidden)
     model = keras.Model(inputs, outputs)
 
     blocks = layerwise_decay(model, 0.8)
