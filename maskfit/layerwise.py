@@ -92,15 +92,19 @@ def layerwise_decay(model, decay, unfreeze_every=None):
     decay = _check_decay(decay)
     unfreeze_every = _check_unfreeze_every(unfreeze_every)
     blocks = _model_blocks(model) if isinstance(model, keras.Model) else _blocks(model)
-    declared = []
+    declared, planned = [], []
     for depth, block in enumerate(reversed(blocks)):
         multiplier = decay**depth
         start = depth * unfreeze_every if unfreeze_every else 0
         for layer in block:
-            _declare(layer, multiplier, start)
+            planned += _plan(layer, multiplier, start)
         declared.append(
             LayerwiseBlock(depth, multiplier, start, tuple(x.name for x in block))
         )
+    # Nothing is declared until every block is planned: a refusal changes nothing.
+    for layer, spec, base in planned:
+        set_mask(layer, spec)
+        object.__setattr__(layer, _DECLARED_ATTR, (spec, base))
     return tuple(declared)
 
 
@@ -149,12 +153,14 @@ def _blocks(blocks):
                     f"Block {index} of layerwise_decay holds {layer!r}, which is not"
                     " a Keras layer. Pass layers, or lists of layers."
                 )
-            if id(layer) in seen:
-                raise ValueError(
-                    f"Layer '{layer.name}' is in block {seen[id(layer)]} and in block"
-                    f" {index}. Put each layer in one block."
-                )
-            seen[id(layer)] = index
+            for inner in [layer] + internals.sublayers(layer):
+                if id(inner) in seen:
+                    raise ValueError(
+                        f"Layer '{inner.name}' is in block {seen[id(inner)]} and in"
+                        f" block {index} (itself or inside '{layer.name}'). Put each"
+                        " layer in one block."
+                    )
+                seen[id(inner)] = index
             if not layer.built:
                 raise ValueError(
                     f"Layer '{layer.name}' is not built yet, so its variables are"
@@ -213,23 +219,24 @@ def _chain(model):
     return layers
 
 
-def _declare(layer, multiplier, start):
-    """Declares `multiplier` (from step `start`, 0 before) on `layer`'s variables.
+def _plan(layer, multiplier, start):
+    """`[(layer, spec, base)]`: `multiplier` (from step `start`, 0 before) on `layer`.
 
     Nested layers with their own mask get it multiplied; the rest of the
-    layer's trainable variables get a scalar mask on `layer` itself.
+    layer's trainable variables get a scalar mask on `layer` itself. `base`
+    is the mask the new spec multiplies.
     """
     nested = [x for x in internals.sublayers(layer) if get_mask(x) is not None]
     taken = {id(v) for x in nested for v in x.trainable_weights}
-    for inner in nested:
-        _multiply(inner, inner.trainable_weights, multiplier, start)
+    planned = [_multiply(x, x.trainable_weights, multiplier, start) for x in nested]
     own = [v for v in layer.trainable_weights if id(v) not in taken]
     if own or get_mask(layer) is not None:
-        _multiply(layer, own, multiplier, start)
+        planned.append(_multiply(layer, own, multiplier, start))
+    return planned
 
 
 def _multiply(layer, variables, multiplier, start):
-    """Sets on `layer` its current mask (if any) times the factor, over `variables`."""
+    """`(layer, spec, base)`: its mask `base` (if any) times the factor, over `variables`."""
     current = get_mask(layer)
     mine, base = getattr(layer, _DECLARED_ATTR, (None, None))
     if current is not None and current is mine:
@@ -253,8 +260,7 @@ def _multiply(layer, variables, multiplier, start):
         for step in [0] + steps
     ]
     spec = intervals[0] if not steps else PiecewiseMask(steps, intervals)
-    set_mask(layer, spec)
-    object.__setattr__(layer, _DECLARED_ATTR, (spec, current))
+    return layer, spec, current
 
 
 def _at(boundaries, values, step):

@@ -190,11 +190,18 @@ def test_models_and_blocks_it_cannot_read_are_refused_with_the_fix():
         layerwise_decay([], 0.5)
 
 
-def test_a_layer_with_an_output_mask_is_refused():
+def test_a_layer_with_an_output_mask_is_refused_and_nothing_is_declared():
     model = mlp(widths=(8,))
-    maskfit.set_mask(model.get_layer("mlp_head"), maskfit.OutputMask([1, 0]))
-    with pytest.raises(ValueError, match="'mlp_head' carries OutputMask.*ElementMask"):
+    maskfit.set_mask(model.get_layer("mlp_0"), maskfit.OutputMask([1, 0] * 4))
+    with pytest.raises(ValueError, match="'mlp_0' carries OutputMask.*ElementMask"):
         layerwise_decay(model, 0.5)
+    assert maskfit.get_mask(model.get_layer("mlp_head")) is None
+
+
+def test_a_layer_inside_another_block_is_refused():
+    inner = mlp(widths=(8,), name="inner")
+    with pytest.raises(ValueError, match="'inner_0' is in block 0 and in block 1"):
+        layerwise_decay([inner, inner.get_layer("inner_0")], 0.5)
 
 
 @settings(max_examples=15, deadline=None)
