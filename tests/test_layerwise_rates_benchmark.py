@@ -38,6 +38,7 @@ def test_run_writes_one_row_per_contender_and_compares_weights(tmp_path):
     assert os.path.exists(tmp_path / "config.json")
     by_name = {row["contender"]: row for row in rows}
     assert by_name["keras"]["ratio_to_keras"] == 1.0
+    assert set(rows[0]) == set(lib.COLUMNS)
     assert all(row["step_ms"] > 0 for row in rows)
     if _MULTI:
         # The mechanism alone steps each block as its own optimizer would.
