@@ -65,9 +65,9 @@ class Config:
     warmup_steps: int = 10
     repeats: int = 5
     # Agreement: for every variable, |w - w_multi| / |w_multi - w_start| below
-    # this (rounding, amplified over the run's steps, stays orders of magnitude
-    # below it; a different learning rate per block is of order 1).
-    tolerance: float = 1e-2
+    # this. Rounding amplified over the run's ~200 AdamW steps reached 0.02 in
+    # graph mode (0 under XLA, same bits); other rates per block give 5.
+    tolerance: float = 0.1
     seed: int = 0
 
     def __post_init__(self):
