@@ -8,9 +8,9 @@ for each variable given a multiplier `m`, and its decoupled weight decay uses
 exactly that variable having its own optimizer at learning rate x m (PyTorch's
 parameter groups), since none of them uses the learning rate anywhere else;
 `maskfit.optimizer_rates.KERAS_OPTIMIZERS` says, per class, what else m means
-(whether one step is m times the stock step). Variables without a multiplier
-are untouched: their
-updates are bit-identical to stock Keras.
+(whether one step is m times the stock step). Variables without a multiplier,
+or with one known to be exactly 1 when traced, are stepped by the optimizer's own
+code, untouched.
 
 An optimizer class that overrides `update_step` itself is not known to use
 its learning rate that way, so there m scales the step instead: each entry
