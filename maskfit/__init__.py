@@ -21,6 +21,8 @@ from maskfit.model import MaskedModel
 from maskfit.model import MaskedSequential
 from maskfit.spec.declare import get_mask
 from maskfit.spec.declare import set_mask
+from maskfit.spec.layerwise import LayerwiseBlock
+from maskfit.spec.layerwise import layerwise_decay
 from maskfit.spec.masks import ElementMask
 from maskfit.spec.masks import OutputMask
 from maskfit.spec.schedule import PiecewiseMask
@@ -39,6 +41,8 @@ __all__ = [
     "ElementMask",
     "get_mask",
     "layers",
+    "LayerwiseBlock",
+    "layerwise_decay",
     "MaskedModel",
     "MaskedSequential",
     "OutputMask",
