@@ -19,8 +19,11 @@ __all__ = [
     "call_has_training_arg",
     "compute_loss",
     "conv_lstm_cell_class",
+    "defining_class",
     "ema_averages_by_variable",
     "functional_class",
+    "hook_current_learning_rate",
+    "hook_weight_decay",
     "loss_tracker",
     "merge_call",
     "missing_members",
@@ -28,10 +31,13 @@ __all__ = [
     "optimizer_state",
     "optimizers_within",
     "reset_optimizer",
+    "set_method",
     "set_untracked",
     "sublayers",
     "tracing_for_xla",
     "unscale_loss_for_distribution",
+    "variable_key",
+    "weight_decay_owner",
 ]
 
 # (where, member, what it is for). Checked on Keras 3.10.0 with TF 2.16.2 and on
@@ -106,6 +112,29 @@ PRIVATE_MEMBERS = (
         "_learning_rate",
         "the learning-rate variable (absent for a schedule): rebuilding an"
         " optimizer keeps it, and it is not a per-variable slot.",
+    ),
+    (
+        "keras.optimizers.Optimizer",
+        "_var_key",
+        "the key an optimizer files a variable under: the same for a Keras"
+        " variable, its tf.Variable and, under a strategy, each replica's"
+        " component, which is what `update_step` is handed (learning-rate"
+        " multipliers are looked up by it).",
+    ),
+    (
+        "keras.optimizers.Optimizer",
+        "_apply_weight_decay",
+        "the decoupled weight decay, run on all variables before any"
+        " `update_step`; hooked per instance (for one traced update) so that"
+        " each variable with a learning-rate multiplier decays alone, at its"
+        " learning rate x m.",
+    ),
+    (
+        "keras.optimizers.Optimizer",
+        "_get_current_learning_rate",
+        "what the public `learning_rate` property returns (a property cannot"
+        " be overridden on an instance): hooked likewise, so that a scaled"
+        " variable's weight decay reads learning_rate x m.",
     ),
     (
         "keras.optimizers.Optimizer",
@@ -313,6 +342,56 @@ def reset_optimizer(optimizer):
         each._trainable_variables = []
         each._trainable_variables_indices = {}
         each.built = False
+
+
+def variable_key(optimizer, variable):
+    """The key `optimizer` files `variable` under (a Keras variable, its
+    tf.Variable, or a replica's component of it)."""
+    return optimizer._var_key(variable)
+
+
+def defining_class(cls, name):
+    """The class in `cls`'s MRO that defines attribute `name`."""
+    return next(c for c in cls.__mro__ if name in vars(c))
+
+
+def weight_decay_owner(optimizer_class):
+    """The class whose `_apply_weight_decay` instances of `optimizer_class` run."""
+    return defining_class(optimizer_class, "_apply_weight_decay")
+
+
+def hook_weight_decay(optimizer, hook):
+    """Makes `optimizer` apply weight decay with `hook(original, variables)`.
+
+    Returns a function that undoes it.
+    """
+    original = optimizer._apply_weight_decay
+    return set_method(
+        optimizer, "_apply_weight_decay", lambda variables: hook(original, variables)
+    )
+
+
+def hook_current_learning_rate(optimizer, hook):
+    """Makes `optimizer.learning_rate` return `hook(original)`; returns the undo."""
+    original = optimizer._get_current_learning_rate
+    return set_method(optimizer, "_get_current_learning_rate", lambda: hook(original))
+
+
+_MISSING = object()
+
+
+def set_method(obj, name, function):
+    """Sets instance attribute `name` of `obj`, untracked; returns a function that undoes it."""
+    previous = vars(obj).get(name, _MISSING)
+    set_untracked(obj, name, function)
+
+    def undo():
+        if previous is _MISSING:
+            object.__delattr__(obj, name)
+        else:
+            set_untracked(obj, name, previous)
+
+    return undo
 
 
 def tracing_for_xla():

@@ -240,7 +240,7 @@ def test_blocks_waiting_to_unfreeze_do_not_move_in_training():
 def test_the_docstring_example_runs():
     import doctest
 
-    from maskfit import layerwise
+    from maskfit.spec import layerwise
 
     results = doctest.testmod(layerwise, extraglobs=dict(keras=keras, maskfit=maskfit))
     assert results.attempted > 0 and results.failed == 0

@@ -13,6 +13,8 @@ import typing
 
 import keras
 
+from maskfit import internals
+
 __all__ = [
     "KERAS_OPTIMIZERS",
     "LEARNING_RATE",
@@ -105,83 +107,6 @@ KERAS_OPTIMIZERS = {
     ),
 }
 
-_MISSING = object()
-
-
-# Keras private members this module touches, each in one accessor below.
-# (where, member, what it is for), in internals.PRIVATE_MEMBERS's format;
-# checked on Keras 3.10.0 (TF 2.16.2) and Keras 3.15.1 (TF 2.21.0).
-PRIVATE_MEMBERS = (
-    (
-        "keras.optimizers.Optimizer",
-        "_var_key",
-        "the key the optimizer files a variable under: the same for a Keras"
-        " variable, its tf.Variable and, under a strategy, each replica's"
-        " component, which is what `update_step` is handed.",
-    ),
-    (
-        "keras.optimizers.Optimizer",
-        "_apply_weight_decay",
-        "the decoupled weight decay, run on all variables before any"
-        " `update_step`; hooked per instance so that each scaled variable's"
-        " decay runs alone, with its learning rate x m.",
-    ),
-    (
-        "keras.optimizers.Optimizer",
-        "_get_current_learning_rate",
-        "what the public `learning_rate` property returns (a property cannot"
-        " be overridden on an instance): hooked so that the weight decay of a"
-        " scaled variable reads learning_rate x m, on the replica's device.",
-    ),
-)
-
-
-def variable_key(optimizer, variable):
-    """The key `optimizer` files `variable` under (a Keras variable, its
-    tf.Variable, or a replica's component of it)."""
-    return optimizer._var_key(variable)
-
-
-def weight_decay_owner(optimizer_class):
-    """The class whose `_apply_weight_decay` instances of `optimizer_class` run."""
-    return _defining_class(optimizer_class, "_apply_weight_decay")
-
-
-def hook_weight_decay(optimizer, hook):
-    """Makes `optimizer` apply weight decay with `hook(original, variables)`.
-
-    Returns a function that undoes it.
-    """
-    original = optimizer._apply_weight_decay
-    return set_method(
-        optimizer, "_apply_weight_decay", lambda variables: hook(original, variables)
-    )
-
-
-def hook_current_learning_rate(optimizer, hook):
-    """Makes `optimizer.learning_rate` return `hook(original)`; returns the undo."""
-    original = optimizer._get_current_learning_rate
-    return set_method(optimizer, "_get_current_learning_rate", lambda: hook(original))
-
-
-def set_method(optimizer, name, function):
-    """Sets instance attribute `name` to `function`; returns a function that undoes it."""
-    previous = vars(optimizer).get(name, _MISSING)
-    setattr(optimizer, name, function)
-
-    def undo():
-        if previous is _MISSING:
-            delattr(optimizer, name)
-        else:
-            setattr(optimizer, name, previous)
-
-    return undo
-
-
-def _defining_class(cls, name):
-    return next(c for c in cls.__mro__ if name in vars(c))
-
-
 def _keras_class_name(cls):
     """The name of `cls` in `keras.optimizers` if it is that very class, else None."""
     name = cls.__name__
@@ -211,7 +136,7 @@ def multiplier_mode(optimizer):
                 f" {STEP!r}. Received: {declared!r}"
             )
         return declared
-    decay = weight_decay_owner(cls)
+    decay = internals.weight_decay_owner(cls)
     if not decay.__module__.startswith("keras."):
         raise TypeError(
             f"{cls.__name__} overrides the weight decay (in {decay.__name__}), so"
@@ -220,11 +145,11 @@ def multiplier_mode(optimizer):
             " if it uses `self.learning_rate` as Keras's optimizers do (or"
             f" {STEP!r} to scale each step it takes), or drop the override."
         )
-    name = _keras_class_name(_defining_class(cls, "update_step"))
+    name = _keras_class_name(internals.defining_class(cls, "update_step"))
     return KERAS_OPTIMIZERS[name].mode if name in KERAS_OPTIMIZERS else STEP
 
 
 def keras_rates(optimizer):
     """The `KERAS_OPTIMIZERS` entry whose `update_step` `optimizer` runs, or None."""
-    name = _keras_class_name(_defining_class(type(optimizer), "update_step"))
+    name = _keras_class_name(internals.defining_class(type(optimizer), "update_step"))
     return KERAS_OPTIMIZERS.get(name)

@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import internals
-from maskfit.optim import rate_modes as optimizer_rates
+from maskfit.optim import rate_modes
 from maskfit.optim.rate_modes import LEARNING_RATE
 from maskfit.optim.rate_modes import STEP
 
@@ -124,16 +124,16 @@ class _Scaling:
     def __init__(self, optimizer, table):
         self.optimizer = optimizer
         self.table = table
-        self.mode = optimizer_rates.multiplier_mode(optimizer)
-        rates = optimizer_rates.keras_rates(optimizer)
+        self.mode = rate_modes.multiplier_mode(optimizer)
+        rates = rate_modes.keras_rates(optimizer)
         self.divides = rates is not None and rates.divides and self.mode == LEARNING_RATE
         self.threads = set()
         self.decaying = None  # (multiplier, variable) of the decay being applied
         self._original_update_step = optimizer.update_step
         self._undo = [
-            optimizer_rates.set_method(optimizer, "update_step", self.update_step),
-            optimizer_rates.hook_weight_decay(optimizer, self.apply_weight_decay),
-            optimizer_rates.hook_current_learning_rate(
+            internals.set_method(optimizer, "update_step", self.update_step),
+            internals.hook_weight_decay(optimizer, self.apply_weight_decay),
+            internals.hook_current_learning_rate(
                 optimizer, self.current_learning_rate
             ),
         ]
@@ -143,7 +143,7 @@ class _Scaling:
             undo()
 
     def update_step(self, gradient, variable, learning_rate):
-        key = optimizer_rates.variable_key(self.optimizer, variable)
+        key = internals.variable_key(self.optimizer, variable)
         multiplier = self.table.get(key)
         if _is_one(multiplier):
             return self._original_update_step(gradient, variable, learning_rate)
@@ -157,7 +157,7 @@ class _Scaling:
         variable.assign(scale_step(old, tf.convert_to_tensor(variable), m))
 
     def apply_weight_decay(self, original, variables):
-        keys = [optimizer_rates.variable_key(self.optimizer, v) for v in variables]
+        keys = [internals.variable_key(self.optimizer, v) for v in variables]
         scaled = [not _is_one(self.table.get(key)) for key in keys]
         plain = [v for v, s in zip(variables, scaled) if not s]
         if plain:
@@ -197,7 +197,7 @@ def scaled_learning_rates(optimizer, multipliers):
     eager step). Every optimizer within `optimizer` (a `LossScaleOptimizer`'s,
     a `MultiOptimizer`'s) then passes `learning_rate * m` to its `update_step`
     and its weight decay for each variable with a multiplier `m`
-    (`optimizer_rates.multiplier_mode` says which get `scale_step` instead). Other
+    (`rate_modes.multiplier_mode` says which get `scale_step` instead). Other
     variables are updated exactly as without it.
 
     Args:
@@ -214,7 +214,7 @@ def scaled_learning_rates(optimizer, multipliers):
 
     Raises:
       TypeError: when an optimizer within cannot take multipliers
-        (`optimizer_rates.multiplier_mode`).
+        (`rate_modes.multiplier_mode`).
       RuntimeError: when the same thread enters it twice for one optimizer.
 
     Example:
@@ -233,7 +233,7 @@ def scaled_learning_rates(optimizer, multipliers):
         return
     for variable, m in pairs:
         _multiplier_tensor(m, variable)  # its shape, before anything moves
-    table = {optimizer_rates.variable_key(leaves[0], variable): m for variable, m in pairs}
+    table = {internals.variable_key(leaves[0], variable): m for variable, m in pairs}
     entered = []
     thread = threading.get_ident()
     try:

@@ -327,7 +327,7 @@ class GradientMasker:
                 gradients[index] is not None
                 and self.plan.masked[index] != plan_lib.NEVER
             ):
-                mask = masks.combined(
+                mask = masks.gradient_mask(
                     None if masks.state is None else masks.state.current, masks.keep
                 )
                 gradients[index] = mask_state.mask_gradient(gradients[index], mask)
@@ -363,11 +363,19 @@ class GradientMasker:
             zeroed=self._rules.zeroed(optimizer, variables),
         )
 
+        # Values other than 0 and 1 of `scale="step"` masks multiply the
+        # learning rate: read in the update, on each replica's device.
+        rates = [
+            (variables[i], lambda entry=masks[i]: entry.declared(entry.state.current))
+            for i, mode in self.plan.scaled.items()
+            if mode != plan_lib.NEVER
+        ]
+
         def run(gradients):
             if mask_first:
                 gradients = self.active(self.mask_gradients(self.spread(gradients)))
             update_lib.apply_guarded(
-                optimizer, gradients, variables, self.active(variables), guards, masks
+                optimizer, gradients, variables, self.active(variables), guards, masks, rates
             )
 
         if fuse and (guards or (mask_first and masks)):

@@ -129,7 +129,7 @@ def test_a_guarded_update_restores_frozen_entries_and_their_average(dynamic):
     (mask,) = declared.resolve_declared([(layer, spec)], variables).values()
     state = mask_state.MaskState(mask, tf.bool)
     state.assign(mask, 0)
-    entry = mask_state.VariableMasks(state, None, None)
+    entry = mask_state.VariableMasks(state, None, None, "step")
     optimizer = keras.optimizers.AdamW(0.5, weight_decay=0.5, use_ema=True)
     optimizer.build(variables)
     before = layer.kernel.numpy()
