@@ -210,10 +210,16 @@ class Network:
 
         if settings.compile_kwargs.get("run_eagerly"):
             return logits
+        # Traced once for any number of examples (XLA compiles per shape).
+        signature = [
+            tf.TensorSpec([None, self.layers[0].kernel.shape[0]], tf.float32),
+            tf.TensorSpec([], tf.int32),
+            [tf.TensorSpec(kernel.shape, tf.bool) for kernel in kernels],
+        ]
         return tf.function(
             logits,
+            input_signature=signature,
             jit_compile=bool(settings.compile_kwargs.get("jit_compile")),
-            reduce_retracing=True,
         )
 
     def task_logits(self, settings, x, head, keep=None):

@@ -230,6 +230,27 @@ def test_ewc_penalty_is_the_merged_quadratic_of_every_earlier_task():
     np.testing.assert_allclose(penalty, 0.5 * 3.0 * expected, rtol=1e-4)
 
 
+def test_each_training_starts_from_a_new_optimizers_state():
+    sequence = tasks_lib.load("permuted_digits", permuted_tasks=2)
+    settings = _settings({}, "adamw")
+    renewed, compiled = (net.Network(64, (8,), 1, 10, [5, 0]) for _ in range(2))
+    for network in (renewed, compiled):
+        network.train(settings, sequence.tasks[0].x_train, sequence.tasks[0].y_train, 1, [0])
+    optimizer = renewed.model.optimizer
+    assert int(optimizer.iterations.numpy()) == 0
+    slots = [v for v in optimizer.variables if v.name.endswith(("_momentum", "_velocity"))]
+    assert slots and all(not np.any(v.numpy()) for v in slots)
+    # The same as compiling a new optimizer before the next training.
+    compiled.model.compile(
+        optimizer=settings.make_optimizer(), loss=net.task_loss(1, 10), steps_per_execution=2
+    )
+    for network in (renewed, compiled):
+        network.train(settings, sequence.tasks[1].x_train, sequence.tasks[1].y_train, 1, [1])
+    for name, (kernel, bias) in renewed.weights().items():
+        np.testing.assert_allclose(kernel, compiled.weights()[name][0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(bias, compiled.weights()[name][1], rtol=1e-6, atol=1e-7)
+
+
 def test_separate_networks_are_no_larger_than_one_network():
     for name in ("split_digits", "permuted_digits"):
         sequence = tasks_lib.load(name, permuted_tasks=4)
