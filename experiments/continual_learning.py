@@ -39,7 +39,10 @@ flags.DEFINE_integer(
     "permuted_tasks", _DEFAULTS.permuted_tasks, "Tasks of a permuted sequence."
 )
 flags.DEFINE_list(
-    "methods", list(_DEFAULTS.methods), f"Methods, among {', '.join(METHODS)}."
+    "methods",
+    list(_DEFAULTS.methods),
+    f"Methods, among {', '.join(METHODS)} (PackNet with hand-written gradient"
+    " masks instead of maskfit's: the control).",
 )
 flags.DEFINE_list(
     "hidden_units",

@@ -22,15 +22,17 @@ import numpy as np
 
 from experiments import common
 from experiments import continual_learning_ewc as ewc
+from experiments import continual_learning_gradmask as gradmask
 from experiments import continual_learning_methods as methods
 from experiments import continual_learning_net as net
 from experiments import continual_learning_packnet as packnet
 from experiments import continual_learning_report as report
 from experiments import continual_learning_tasks as tasks_lib
 
-__all__ = ["METHODS", "Config", "run"]
+__all__ = ["METHODS", "Config", "learn_sequence", "make_method", "run"]
 
-METHODS = ("packnet", "finetune", "separate", "ewc")
+# "packnet_gradmask" is the control: PackNet with hand-written gradient masks.
+METHODS = ("packnet", "finetune", "separate", "ewc", "packnet_gradmask")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Config:
 
     sequences: tuple = ("split_mnist1d", "permuted_mnist1d")
     permuted_tasks: int = 5
-    methods: tuple = METHODS
+    methods: tuple = METHODS[:4]
     hidden_units: tuple = (256, 256)
     optimizer: str = "adam"
     learning_rate: float = 1e-3
@@ -157,15 +159,19 @@ def make_method(name, sequence, config, seed, settings=None):
     settings = settings or config.settings()
     shape = (sequence.features, config.hidden_units)
 
-    def network():
+    def network(model_class=None):
         # PackNet, fine-tuning and EWC start from the same weights.
         return net.Network(
-            *shape, sequence.heads, sequence.classes_per_head, [seed, 0]
+            *shape, sequence.heads, sequence.classes_per_head, [seed, 0], model_class
         )
 
-    if name == "packnet":
-        return packnet.PackNet(
-            network(),
+    if name in ("packnet", "packnet_gradmask"):
+        if name == "packnet":
+            kind, model_class = packnet.PackNet, None
+        else:
+            kind, model_class = gradmask.HandMaskedPackNet, gradmask.HandMaskedModel
+        return kind(
+            network(model_class),
             settings,
             seed,
             config.epochs,
@@ -284,7 +290,7 @@ def run(config, workdir, observe=None):
                         observe(sequence.name, seed, name, i, method, logits)
                 method = make_method(name, sequence, config, seed)
                 result = learn_sequence(method, sequence, watch)
-                if name == "packnet":
+                if name.startswith("packnet"):
                     result["capacity"] = method.capacity(len(sequence.tasks))
                 per_seed.setdefault(str(seed), {})[name] = result
                 logging.info(

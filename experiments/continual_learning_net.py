@@ -96,8 +96,14 @@ class Network:
       heads, classes_per_head: the output's layout.
     """
 
-    def __init__(self, features, hidden_units, heads, classes_per_head, entropy):
-        """Builds the network; `entropy` (ints) seeds every layer's initializer."""
+    def __init__(
+        self, features, hidden_units, heads, classes_per_head, entropy, model_class=None
+    ):
+        """Builds the network; `entropy` (ints) seeds every layer's initializer.
+
+        `model_class` (default `maskfit.MaskedModel`) is called as
+        `model_class(inputs, outputs)` to make the model.
+        """
         self.heads = heads
         self.classes_per_head = classes_per_head
         inputs = keras.Input((features,))
@@ -114,7 +120,7 @@ class Network:
             )
             outputs = layer(outputs)
             self.layers.append(layer)
-        self.model = maskfit.MaskedModel(inputs, outputs)
+        self.model = (model_class or maskfit.MaskedModel)(inputs, outputs)
         self._logits_fn = None
         self._compiled_with = None
 

@@ -81,8 +81,12 @@ class PackNet:
                 bias = self.network.head_columns(task)
             else:
                 bias = np.full(layer.bias.shape, task == 0)
-            spec = maskfit.ElementMask({"kernel": learnable[layer.name], "bias": bias})
-            maskfit.set_mask(layer, spec)
+            self._declare(layer, learnable[layer.name], bias)
+
+    def _declare(self, layer, kernel, bias):
+        """Makes the 0/1 `kernel` and `bias` masks the layer's: maskfit's exact masks."""
+        spec = maskfit.ElementMask({"kernel": kernel, "bias": bias})
+        maskfit.set_mask(layer, spec)
 
     def learn(self, task_index, task):
         """Trains, prunes and retrains the network on `task` (the `task_index`-th)."""

@@ -23,6 +23,7 @@ _LABELS = {
     "finetune": "fine-tuning",
     "separate": "separate networks",
     "ewc": "EWC",
+    "packnet_gradmask": "PackNet, hand-written gradient masks",
 }
 
 
@@ -118,7 +119,8 @@ def _sequence_table(summary, tasks):
     for method, row in summary.items():
         if "capacity" not in row:
             continue
-        lines += ["", "PackNet: % of each layer's kernel owned by each task, and free",
+        label = _LABELS.get(method, method)
+        lines += ["", f"{label}: % of each layer's kernel owned by each task, and free",
                   "", "| layer | " + " | ".join(t["name"] for t in tasks) + " | free |",
                   "|" + " --- |" * (len(tasks) + 2)]
         for layer, shares in row["capacity"].items():

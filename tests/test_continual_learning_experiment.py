@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import cli
 from experiments import continual_learning_ewc as ewc
+from experiments import continual_learning_gradmask as gradmask
 from experiments import continual_learning_methods as methods
 from experiments import continual_learning_net as net
 from experiments import continual_learning_packnet as packnet
@@ -33,6 +34,7 @@ from experiments.continual_learning_lib import run
 TINY = Config(
     sequences=("permuted_digits",),
     permuted_tasks=3,
+    methods=METHODS,
     hidden_units=(12,),
     epochs=2,
     retrain_epochs=1,
@@ -143,6 +145,29 @@ def test_packnet_packs_a_shared_head_like_the_hidden_layers():
         shares = capacity[layer.name]["per_task"]
         assert shares == pytest.approx([0.5, 0.25, 0.125], abs=0.01)
         assert capacity[layer.name]["free"] == pytest.approx(0.125, abs=0.01)
+
+
+@pytest.mark.parametrize("optimizer, drifts", [("adamw", True), ("adam", False)])
+def test_hand_written_gradient_masks_let_weight_decay_move_earlier_tasks(
+    optimizer, drifts
+):
+    # The control: the same PackNet with gradients multiplied by 0/1 masks.
+    sequence = tasks_lib.load("permuted_digits", permuted_tasks=2)
+    network = net.Network(64, (10,), 1, 10, [6, 0], gradmask.HandMaskedModel)
+    settings = _settings({}, optimizer)
+    learner = gradmask.HandMaskedPackNet(network, settings, 6, 2, 1, 0.5)
+    recorder = _Recorder()
+    result = learn_sequence(learner, sequence, recorder)
+    first, last = recorder.after
+    owned = first["owners"]["hidden_1"] == 1
+    before = first["weights"]["hidden_1"][0][owned]
+    after = last["weights"]["hidden_1"][0][owned]
+    if drifts:  # Decoupled weight decay shrinks every entry, masked or not.
+        assert np.all(np.abs(after) < np.abs(before))
+        assert result["logits_identical"] == [False]
+    else:  # A new Adam never moves an entry that never had a gradient.
+        np.testing.assert_array_equal(_bits(after), _bits(before))
+        assert result["logits_identical"] == [True]
 
 
 def test_prune_keeps_the_largest_free_weights_and_zeroes_the_rest(monkeypatch):
@@ -292,13 +317,14 @@ def test_tiny_run_packnet_forgets_nothing_and_reports_it(tiny):
     for j in range(3):
         column = [row[j] for row in result["accuracy"][j:]]
         assert column == [column[0]] * len(column)
-    finetune = metrics["seeds"]["permuted_digits"]["0"]["finetune"]
-    assert finetune["logits_identical"] == [False, False]
+    for control in ("finetune", "packnet_gradmask"):  # AdamW moves both.
+        result = metrics["seeds"]["permuted_digits"]["0"][control]
+        assert result["logits_identical"] == [False, False]
 
 
 def test_tiny_run_reports_the_matrix_average_and_backward_transfer(tiny):
     _, metrics, records = tiny
-    for method in METHODS:
+    for method in TINY.methods:
         result = metrics["seeds"]["permuted_digits"]["0"][method]
         matrix = result["accuracy"]
         logits = records["permuted_digits", 0, method].after
@@ -309,7 +335,7 @@ def test_tiny_run_reports_the_matrix_average_and_backward_transfer(tiny):
             assert result["average_accuracy"][i] == pytest.approx(np.mean(matrix[i][: i + 1]))
         expected = np.mean([matrix[2][j] - matrix[j][j] for j in range(2)])
         assert result["backward_transfer"] == pytest.approx(expected)
-    sizes = {m: metrics["summary"]["permuted_digits"][m]["parameters"] for m in METHODS}
+    sizes = {m: metrics["summary"]["permuted_digits"][m]["parameters"] for m in TINY.methods}
     assert sizes["separate"] <= sizes["packnet"] == sizes["finetune"] == sizes["ewc"]
 
 
@@ -335,7 +361,7 @@ def test_tiny_run_writes_config_metrics_table_figure_and_events(tiny):
     assert "| PackNet |" in text and "2 of 2 (max change 0)" in text
     with open(os.path.join(workdir, "continual_learning.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-    for method in METHODS:
+    for method in TINY.methods:
         tags = _scalar_tags(os.path.join(workdir, "tensorboard", "permuted_digits", method))
         assert {"average_accuracy", "task_1", "task_3", "backward_transfer"} <= tags
         assert "seed_0/task_2" in tags
