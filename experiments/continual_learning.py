@@ -1,4 +1,4 @@
-r"""Continual learning: PackNet on exact masks, against fine-tuning, separate networks, EWC.
+r"""Continual learning: PackNet on exact masks, against fine-tuning and others.
 
 Learns Split MNIST-1D (5 tasks of 2 classes, a head per task) and Permuted
 MNIST-1D (`--permuted_tasks` tasks of 10 classes, one shared head) task after

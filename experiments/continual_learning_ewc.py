@@ -37,8 +37,10 @@ class _Penalty(keras.regularizers.Regularizer):
         self.anchor = anchor
 
     def __call__(self, x):
-        return 0.5 * self.strength * tf.reduce_sum(
-            self.fisher * tf.square(x - self.anchor)
+        return (
+            0.5
+            * self.strength
+            * tf.reduce_sum(self.fisher * tf.square(x - self.anchor))
         )
 
 
@@ -61,7 +63,9 @@ class EWC:
             penalty = _Penalty(strength, tf.Variable(zeros), tf.Variable(zeros))
             variable.regularizer = penalty
             self._penalties.append(penalty)
-        model, loss = network.model, net.task_loss(network.heads, network.classes_per_head)
+        model, loss = network.model, net.task_loss(
+            network.heads, network.classes_per_head
+        )
 
         @tf.function
         def squared_gradients(x, y):
@@ -78,7 +82,10 @@ class EWC:
     def learn(self, task_index, task):
         methods.learn_heads_only(self.network, task.head)
         self.network.train(
-            self._settings, task.x_train, task.y_train, self._epochs,
+            self._settings,
+            task.x_train,
+            task.y_train,
+            self._epochs,
             [self._seed, task_index, 0],
         )
         rng = np.random.default_rng([self._seed, task_index, 2])

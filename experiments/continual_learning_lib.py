@@ -189,13 +189,15 @@ def make_method(name, sequence, config, seed, settings=None):
             config.ewc_strength,
             config.ewc_samples,
         )
-    units = methods.separate_hidden_units(
-        *shape, sequence, len(sequence.tasks)
-    )
+    units = methods.separate_hidden_units(*shape, sequence, len(sequence.tasks))
 
     def separate_network(task_index):
         return net.Network(
-            sequence.features, units, 1, sequence.classes_per_head, [seed, 1, task_index]
+            sequence.features,
+            units,
+            1,
+            sequence.classes_per_head,
+            [seed, 1, task_index],
         )
 
     return methods.Separate(separate_network, settings, seed, config.epochs)
@@ -241,7 +243,9 @@ def learn_sequence(method, sequence, observe=None):
     earlier = range(count - 1)
     return {
         "accuracy": accuracy,
-        "average_accuracy": [float(np.mean(row[: i + 1])) for i, row in enumerate(accuracy)],
+        "average_accuracy": [
+            float(np.mean(row[: i + 1])) for i, row in enumerate(accuracy)
+        ],
         "backward_transfer": float(
             np.mean([accuracy[-1][j] - accuracy[j][j] for j in earlier])
         ),
@@ -286,8 +290,10 @@ def run(config, workdir, observe=None):
             for name in config.methods:
                 watch = None
                 if observe is not None:
+
                     def watch(i, method, logits, name=name, seed=seed):
                         observe(sequence.name, seed, name, i, method, logits)
+
                 method = make_method(name, sequence, config, seed)
                 result = learn_sequence(method, sequence, watch)
                 if name.startswith("packnet"):

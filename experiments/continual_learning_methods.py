@@ -51,7 +51,10 @@ class FineTune:
     def learn(self, task_index, task):
         learn_heads_only(self.network, task.head)
         self.network.train(
-            self._settings, task.x_train, task.y_train, self._epochs,
+            self._settings,
+            task.x_train,
+            task.y_train,
+            self._epochs,
             [self._seed, task_index, 0],
         )
 

@@ -142,11 +142,11 @@ class Network:
         learns; changing them between trainings needs no new compile. The
         batch order is drawn from `entropy`: the passes one after the other,
         each in a new random order, cut to whole batches (the last partial
-        batch of the last pass is dropped, so that every step has one shape). The model is compiled on the
-        first training; afterwards, the optimizer's state is put back to a
-        new optimizer's (step 0, fresh moments) after each training
-        (`_renew_optimizer`), so every training starts as after a new
-        `compile`, without tracing the step again.
+        batch of the last pass is dropped, so that every step has one
+        shape). The model is compiled on the first training; afterwards, the
+        optimizer's state is put back to a new optimizer's (step 0, fresh
+        moments) after each training (`_renew_optimizer`), so every training
+        starts as after a new `compile`, without tracing the step again.
         """
         if epochs == 0:
             return

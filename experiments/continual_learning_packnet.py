@@ -84,7 +84,7 @@ class PackNet:
             self._declare(layer, learnable[layer.name], bias)
 
     def _declare(self, layer, kernel, bias):
-        """Makes the 0/1 `kernel` and `bias` masks the layer's: maskfit's exact masks."""
+        """Declares 0/1 `kernel` and `bias` masks on the layer: maskfit's masks."""
         spec = maskfit.ElementMask({"kernel": kernel, "bias": bias})
         maskfit.set_mask(layer, spec)
 
@@ -94,13 +94,14 @@ class PackNet:
         train = {n: (o == FREE) | (o == owner) for n, o in self.owners.items()}
         self._set_masks(task_index, train)
         self.network.train(
-            self._settings, task.x_train, task.y_train, self._epochs,
+            self._settings,
+            task.x_train,
+            task.y_train,
+            self._epochs,
             [self._seed, task_index, 0],
         )
         self._prune(owner)
-        self._set_masks(
-            task_index, {n: o == owner for n, o in self.owners.items()}
-        )
+        self._set_masks(task_index, {n: o == owner for n, o in self.owners.items()})
         self.network.train(
             self._settings,
             task.x_train,

@@ -1,4 +1,4 @@
-"""What a continual learning run reports: the summary over seeds, tables, a figure, scalars.
+"""What a continual learning run reports: summary over seeds, tables, figure, scalars.
 
 `summarize` turns the per-seed results of `continual_learning_lib.run` into
 the mean and spread per method; `tables` writes them as Markdown (per
@@ -54,9 +54,10 @@ def summarize(per_seed, methods):
 
     Example:
 
-    >>> result = {"accuracy": [[0.9, None], [0.8, 0.7]], "average_accuracy": [0.9, 0.75],
-    ...           "backward_transfer": -0.1, "logits_identical": [False],
-    ...           "max_logit_change": [2.0], "parameters": 10, "seconds": [1, 1]}
+    >>> result = {"accuracy": [[0.9, None], [0.8, 0.7]],
+    ...           "average_accuracy": [0.9, 0.75], "backward_transfer": -0.1,
+    ...           "logits_identical": [False], "max_logit_change": [2.0],
+    ...           "parameters": 10, "seconds": [1, 1]}
     >>> summarize({"0": {"finetune": result}}, ["finetune"])["finetune"]["accuracy"]
     [[0.9, None], [0.8, 0.7]]
     """
@@ -64,8 +65,10 @@ def summarize(per_seed, methods):
     for method in methods:
         results = [by_method[method] for by_method in per_seed.values()]
         matrices = np.array(
-            [[[np.nan if a is None else a for a in row] for row in r["accuracy"]]
-             for r in results]
+            [
+                [[np.nan if a is None else a for a in row] for row in r["accuracy"]]
+                for r in results
+            ]
         )
         mean = matrices.mean(axis=0)
         steps = zip(*(r["average_accuracy"] for r in results))
@@ -109,8 +112,12 @@ def _sequence_table(summary, tasks):
             f" {same} of {out_of} (max change {row['max_logit_change']:.3g}) |"
         )
     for method, row in summary.items():
-        lines += ["", f"{_LABELS.get(method, method)}: accuracy % on each task (columns)"
-                  " after learning each task (rows), mean over seeds", ""]
+        lines += [
+            "",
+            f"{_LABELS.get(method, method)}: accuracy % on each task (columns)"
+            " after learning each task (rows), mean over seeds",
+            "",
+        ]
         lines.append("| after | " + " | ".join(t["name"] for t in tasks) + " |")
         lines.append("|" + " --- |" * (len(tasks) + 1))
         for i, accuracies in enumerate(row["accuracy"]):
@@ -120,9 +127,13 @@ def _sequence_table(summary, tasks):
         if "capacity" not in row:
             continue
         label = _LABELS.get(method, method)
-        lines += ["", f"{label}: % of each layer's kernel owned by each task, and free",
-                  "", "| layer | " + " | ".join(t["name"] for t in tasks) + " | free |",
-                  "|" + " --- |" * (len(tasks) + 2)]
+        lines += [
+            "",
+            f"{label}: % of each layer's kernel owned by each task, and free",
+            "",
+            "| layer | " + " | ".join(t["name"] for t in tasks) + " | free |",
+            "|" + " --- |" * (len(tasks) + 2),
+        ]
         for layer, shares in row["capacity"].items():
             cells = [f"{100 * s:.1f}" for s in shares["per_task"]]
             cells.append(f"{100 * shares['free']:.1f}")
@@ -212,7 +223,9 @@ def write_events(directory, results, summary):
                     for seed, by_seed in results[sequence].items():
                         result = by_seed[method]
                         for j in range(i + 1):
-                            scalars[f"seed_{seed}/task_{j + 1}"] = result["accuracy"][i][j]
+                            scalars[f"seed_{seed}/task_{j + 1}"] = result["accuracy"][
+                                i
+                            ][j]
                         scalars[f"seed_{seed}/average_accuracy"] = result[
                             "average_accuracy"
                         ][i]

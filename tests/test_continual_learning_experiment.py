@@ -1,4 +1,4 @@
-"""Tests of experiments.continual_learning: PackNet's exact promises, the baselines, the CLI.
+"""Tests of experiments.continual_learning: PackNet's exact promises, baselines, CLI.
 
 The promises are checked against what the tests record themselves (weights,
 owners and logits after every task), not against what the run reports.
@@ -88,7 +88,9 @@ def _check_packnet_records(recorder, network):
     """Every task's logits and owned entries never change once it is learned."""
     last = recorder.after[-1]
     for t, record in enumerate(recorder.after):
-        np.testing.assert_array_equal(_bits(last["logits"][t]), _bits(record["logits"][t]))
+        np.testing.assert_array_equal(
+            _bits(last["logits"][t]), _bits(record["logits"][t])
+        )
         for later in recorder.after[t + 1 :]:
             for layer in network.layers:
                 owned = record["owners"][layer.name] == t + 1
@@ -98,9 +100,7 @@ def _check_packnet_records(recorder, network):
                     _bits(later["weights"][layer.name][0][owned]), _bits(kernel[owned])
                 )
                 # The owners of earlier tasks never change either.
-                np.testing.assert_array_equal(
-                    later["owners"][layer.name][owned], t + 1
-                )
+                np.testing.assert_array_equal(later["owners"][layer.name][owned], t + 1)
     first = recorder.after[0]["weights"]
     for later in recorder.after[1:]:
         for layer in network.layers[:-1]:  # Hidden biases: frozen after task 0.
@@ -183,7 +183,9 @@ def test_prune_keeps_the_largest_free_weights_and_zeroes_the_rest(monkeypatch):
         assert kept.sum() == round(0.4 * kernel.size)
         magnitudes = np.abs(initial[layer.name][0])
         assert magnitudes[kept].min() >= magnitudes[~kept].max()
-        np.testing.assert_array_equal(_bits(kernel[kept]), _bits(initial[layer.name][0][kept]))
+        np.testing.assert_array_equal(
+            _bits(kernel[kept]), _bits(initial[layer.name][0][kept])
+        )
         np.testing.assert_array_equal(_bits(kernel[~kept]), _bits(0.0))  # +0 only.
     # The next task may train exactly the free entries.
     learner.learn(1, sequence.tasks[1])
@@ -260,27 +262,43 @@ def test_each_training_starts_from_a_new_optimizers_state():
     settings = _settings({}, "adamw")
     renewed, compiled = (net.Network(64, (8,), 1, 10, [5, 0]) for _ in range(2))
     for network in (renewed, compiled):
-        network.train(settings, sequence.tasks[0].x_train, sequence.tasks[0].y_train, 1, [0])
+        network.train(
+            settings, sequence.tasks[0].x_train, sequence.tasks[0].y_train, 1, [0]
+        )
     optimizer = renewed.model.optimizer
     assert int(optimizer.iterations.numpy()) == 0
-    slots = [v for v in optimizer.variables if v.name.endswith(("_momentum", "_velocity"))]
+    slots = [
+        v for v in optimizer.variables if v.name.endswith(("_momentum", "_velocity"))
+    ]
     assert slots and all(not np.any(v.numpy()) for v in slots)
     # The same as compiling a new optimizer before the next training.
     compiled.model.compile(
-        optimizer=settings.make_optimizer(), loss=net.task_loss(1, 10), steps_per_execution=2
+        optimizer=settings.make_optimizer(),
+        loss=net.task_loss(1, 10),
+        steps_per_execution=2,
     )
     for network in (renewed, compiled):
-        network.train(settings, sequence.tasks[1].x_train, sequence.tasks[1].y_train, 1, [1])
+        network.train(
+            settings, sequence.tasks[1].x_train, sequence.tasks[1].y_train, 1, [1]
+        )
     for name, (kernel, bias) in renewed.weights().items():
-        np.testing.assert_allclose(kernel, compiled.weights()[name][0], rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(bias, compiled.weights()[name][1], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            kernel, compiled.weights()[name][0], rtol=1e-6, atol=1e-7
+        )
+        np.testing.assert_allclose(
+            bias, compiled.weights()[name][1], rtol=1e-6, atol=1e-7
+        )
 
 
 def test_separate_networks_are_no_larger_than_one_network():
     for name in ("split_digits", "permuted_digits"):
         sequence = tasks_lib.load(name, permuted_tasks=4)
-        units = methods.separate_hidden_units(64, (100, 50), sequence, len(sequence.tasks))
-        one = net.parameter_count(64, (100, 50), sequence.heads * sequence.classes_per_head)
+        units = methods.separate_hidden_units(
+            64, (100, 50), sequence, len(sequence.tasks)
+        )
+        one = net.parameter_count(
+            64, (100, 50), sequence.heads * sequence.classes_per_head
+        )
         each = net.parameter_count(64, units, sequence.classes_per_head)
         assert len(sequence.tasks) * each <= one
         bigger = tuple(u + 1 for u in units)
@@ -332,10 +350,14 @@ def test_tiny_run_reports_the_matrix_average_and_backward_transfer(tiny):
         for i, record in enumerate(logits):
             assert matrix[i][0] == np.mean(np.argmax(record["logits"][0], -1) == y)
             assert matrix[i][i + 1 :] == [None] * (2 - i)
-            assert result["average_accuracy"][i] == pytest.approx(np.mean(matrix[i][: i + 1]))
+            assert result["average_accuracy"][i] == pytest.approx(
+                np.mean(matrix[i][: i + 1])
+            )
         expected = np.mean([matrix[2][j] - matrix[j][j] for j in range(2)])
         assert result["backward_transfer"] == pytest.approx(expected)
-    sizes = {m: metrics["summary"]["permuted_digits"][m]["parameters"] for m in TINY.methods}
+    sizes = {
+        m: metrics["summary"]["permuted_digits"][m]["parameters"] for m in TINY.methods
+    }
     assert sizes["separate"] <= sizes["packnet"] == sizes["finetune"] == sizes["ewc"]
 
 
@@ -362,7 +384,9 @@ def test_tiny_run_writes_config_metrics_table_figure_and_events(tiny):
     with open(os.path.join(workdir, "continual_learning.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     for method in TINY.methods:
-        tags = _scalar_tags(os.path.join(workdir, "tensorboard", "permuted_digits", method))
+        tags = _scalar_tags(
+            os.path.join(workdir, "tensorboard", "permuted_digits", method)
+        )
         assert {"average_accuracy", "task_1", "task_3", "backward_transfer"} <= tags
         assert "seed_0/task_2" in tags
 
@@ -472,5 +496,7 @@ def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
     assert config == json.loads(json.dumps(dataclasses.asdict(expected)))
     with open(good / "metrics.json") as f:
         metrics = json.load(f)
-    assert metrics["seeds"]["permuted_digits"]["4"]["packnet"]["backward_transfer"] == 0.0
+    assert (
+        metrics["seeds"]["permuted_digits"]["4"]["packnet"]["backward_transfer"] == 0.0
+    )
     assert os.path.exists(good / "continual_learning.png")
