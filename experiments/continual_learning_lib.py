@@ -12,6 +12,7 @@ it was learned are compared with its logits after the last task, bit for bit.
 """
 
 import dataclasses
+import functools
 import math
 import numbers
 import os
@@ -290,10 +291,7 @@ def run(config, workdir, observe=None):
             for name in config.methods:
                 watch = None
                 if observe is not None:
-
-                    def watch(i, method, logits, name=name, seed=seed):
-                        observe(sequence.name, seed, name, i, method, logits)
-
+                    watch = functools.partial(observe, sequence.name, seed, name)
                 method = make_method(name, sequence, config, seed)
                 result = learn_sequence(method, sequence, watch)
                 if name.startswith("packnet"):

@@ -11,13 +11,11 @@ import logging
 import os
 import sys
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import cli
-from experiments import continual_learning_ewc as ewc
 from experiments import continual_learning_gradmask as gradmask
 from experiments import continual_learning_methods as methods
 from experiments import continual_learning_net as net
