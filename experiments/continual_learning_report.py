@@ -196,10 +196,20 @@ def figure(summary, config, path):
             if c == 0:
                 ax.set_ylabel("test accuracy %")
                 ax.legend(fontsize=7, loc="lower left")
+    packnet = ""
+    if any(m.startswith("packnet") for m in config.methods):
+        packnet = (
+            f"\nPackNet frees {100 * config.prune_fraction:g}% of what a task"
+            f" trained, retrains {config.retrain_epochs} epochs"
+        )
+    decay = (
+        "" if config.weight_decay is None else f", weight decay {config.weight_decay:g}"
+    )
     fig.suptitle(
         f"MLP {'-'.join(map(str, config.hidden_units))}, {config.optimizer}"
-        f" {config.learning_rate:g}, {config.epochs} epochs per task; mean over"
-        f" {len(config.seeds)} seed(s)"
+        f" {config.learning_rate:g}{decay}, {config.epochs} epochs per task; mean"
+        f" over {len(config.seeds)} seed(s){packnet}",
+        fontsize=10,
     )
     fig.savefig(path, dpi=80)
     logging.info("Wrote %s", path)
