@@ -174,7 +174,9 @@ def figure(summary, config, path):
     rows, columns = len(summary), len(config.methods)
     fig = Figure(figsize=(3.2 * columns, 2.8 * rows + 0.6), layout="constrained")
     axes = np.array(fig.subplots(rows, columns, squeeze=False, sharey="row"))
-    for r, (sequence, by_method) in enumerate(summary.items()):
+    # In the run's order (metrics.json sorts the keys).
+    ordered = [s for s in config.sequences if s in summary]
+    for r, (sequence, by_method) in enumerate((s, summary[s]) for s in ordered):
         for c, method in enumerate(config.methods):
             row, ax = by_method[method], axes[r, c]
             count = len(row["accuracy"])
