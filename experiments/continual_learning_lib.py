@@ -52,7 +52,7 @@ class Config:
 
     sequences: tuple = ("split_mnist1d", "permuted_mnist1d")
     permuted_tasks: int = 5
-    methods: tuple = METHODS[:4]
+    methods: tuple = ("packnet", "finetune", "separate", "ewc")
     hidden_units: tuple = (256, 256)
     optimizer: str = "adam"
     learning_rate: float = 1e-3
@@ -155,9 +155,22 @@ def _check_number(name, value, expected, lower=None, upper=math.inf):
         )
 
 
-def make_method(name, sequence, config, seed, settings=None):
-    """Builds method `name`'s learner for `sequence`: a fresh network, seeded."""
-    settings = settings or config.settings()
+def make_method(name, sequence, config, seed):
+    """Builds method `name`'s learner for `sequence`, with fresh networks.
+
+    Args:
+      name: one of `METHODS`.
+      sequence: the `continual_learning_tasks.Sequence` it will learn.
+      config: the `Config` (network, training, method settings).
+      seed: draws the initial weights (the same for PackNet, its control,
+        fine-tuning and EWC; each separate network its own), the batch order
+        of each task (the same for every method) and EWC's samples.
+
+    Returns:
+      A learner with `learn(task_index, task)`, `logits(task_index, task, x)`
+      and `networks`.
+    """
+    settings = config.settings()
     shape = (sequence.features, config.hidden_units)
 
     def network(model_class=None):
@@ -217,6 +230,9 @@ def learn_sequence(method, sequence, observe=None):
       observe: optional `observe(task_index, method, logits)`, called after
         each task with the test logits of every task seen so far.
 
+    Raises:
+      ValueError: for a sequence of fewer than 2 tasks.
+
     Returns:
       A dict: `accuracy` (the matrix as nested lists, None above the
       diagonal), `average_accuracy` (after each task), `backward_transfer`,
@@ -226,6 +242,11 @@ def learn_sequence(method, sequence, observe=None):
     """
     tasks = sequence.tasks
     count = len(tasks)
+    if count < 2:
+        raise ValueError(
+            "Received a sequence of fewer than 2 tasks; backward transfer needs an"
+            f" earlier task. Received: {sequence.name!r} with {count} task(s)"
+        )
     accuracy = [[None] * count for _ in range(count)]
     learned, seconds = [], []
     for i, task in enumerate(tasks):

@@ -89,7 +89,17 @@ class PackNet:
         maskfit.set_mask(layer, spec)
 
     def learn(self, task_index, task):
-        """Trains, prunes and retrains the network on `task` (the `task_index`-th)."""
+        """Trains, prunes and retrains the network on `task` (the `task_index`-th).
+
+        Raises:
+          ValueError: with a head per task, if the task's head is not its index
+            (the head's columns are owned by the task of that index).
+        """
+        if self.network.heads > 1 and task.head != task_index:
+            raise ValueError(
+                f"With a head per task, task {task_index} must answer with head"
+                f" {task_index}. Received: task {task.name!r} with head={task.head}"
+            )
         owner = task_index + 1
         train = {n: (o == FREE) | (o == owner) for n, o in self.owners.items()}
         self._set_masks(task_index, train)
@@ -121,7 +131,7 @@ class PackNet:
             keep = int(round((1 - self._prune_fraction) * free.size))
             # Largest |w| first; among equal magnitudes, the lower index.
             order = np.argsort(-np.abs(kernel.ravel()[free]), kind="stable")
-            owners.ravel()[free[order[:keep]]] = owner
+            np.put(owners, free[order[:keep]], owner)
             kernel[owners == FREE] = 0.0
             layer.kernel.assign(kernel)
 

@@ -288,6 +288,18 @@ def test_each_training_starts_from_a_new_optimizers_state():
         )
 
 
+def test_bad_sequences_for_a_learner_raise_one_clear_error():
+    sequence = _split_digits()
+    network = net.Network(64, (4,), sequence.heads, 2, [7, 0])
+    learner = packnet.PackNet(network, _settings({}, "adam"), 7, 1, 1, 0.5)
+    with pytest.raises(ValueError, match="task 0 must answer with head 0.*head=1"):
+        learner.learn(0, sequence.tasks[1])
+    assert all(not np.any(o == 1) for o in list(learner.owners.values())[:-1])
+    one = dataclasses.replace(sequence, tasks=sequence.tasks[:1])
+    with pytest.raises(ValueError, match="fewer than 2 tasks.*with 1 task"):
+        learn_sequence(learner, one)
+
+
 def test_separate_networks_are_no_larger_than_one_network():
     for name in ("split_digits", "permuted_digits"):
         sequence = tasks_lib.load(name, permuted_tasks=4)
