@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -298,6 +299,27 @@ def test_bad_sequences_for_a_learner_raise_one_clear_error():
     one = dataclasses.replace(sequence, tasks=sequence.tasks[:1])
     with pytest.raises(ValueError, match="fewer than 2 tasks.*with 1 task"):
         learn_sequence(learner, one)
+
+
+def test_an_optimizer_that_cannot_be_renewed_in_place_is_compiled_anew(monkeypatch):
+    sequence = tasks_lib.load("permuted_digits", permuted_tasks=2)
+    settings = _settings({}, "adam")
+    network = net.Network(64, (4,), 1, 10, [8, 0])
+    task = sequence.tasks[0]
+    network.train(settings, task.x_train, task.y_train, 1, [0])
+    first = network.model.optimizer
+    # A "new" optimizer whose variables do not match the trained one's.
+    monkeypatch.setattr(
+        type(first),
+        "from_config",
+        classmethod(lambda cls, config: keras.optimizers.SGD()),
+    )
+    network.train(settings, task.x_train, task.y_train, 1, [1])
+    monkeypatch.undo()
+    assert int(network.model.optimizer.iterations.numpy()) > 0  # Not reset in place,
+    network.train(settings, task.x_train, task.y_train, 1, [2])
+    assert network.model.optimizer is not first  # but compiled anew before training.
+    assert isinstance(network.model.optimizer, keras.optimizers.Adam)
 
 
 def test_separate_networks_are_no_larger_than_one_network():
