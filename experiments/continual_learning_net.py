@@ -5,7 +5,7 @@ sequence (or one shared head): hidden Dense layers with ReLU, then a Dense
 `head` layer of `heads * classes_per_head` logits, in a
 `maskfit.MaskedModel`. `task_loss` picks the head of each example from its
 label, so one compiled model trains any task. `Network.train` trains it on
-one task from a new optimizer's state; `Network.task_logits` is the head's logits
+one task with a new optimizer; `Network.task_logits` is the head's logits
 for one task, optionally with some kernel entries replaced by 0 in the
 forward pass only (PackNet's per-task inference masks).
 """
@@ -122,7 +122,6 @@ class Network:
             self.layers.append(layer)
         self.model = (model_class or maskfit.MaskedModel)(inputs, outputs)
         self._logits_fn = None
-        self._compiled_with = None
 
     def head_columns(self, head):
         """A bool vector over the head layer's units: those of `head`."""
@@ -136,35 +135,26 @@ class Network:
         return {l.name: [l.kernel.numpy(), l.bias.numpy()] for l in self.layers}
 
     def train(self, settings, x, y, epochs, entropy):
-        """Trains `epochs` passes over `(x, y)`, from a new optimizer's state.
+        """Trains `epochs` passes over `(x, y)` with a new optimizer.
 
         The masks declared on the layers (`maskfit.set_mask`) decide what
-        learns; changing them between trainings needs no new compile. The
-        batch order is drawn from `entropy`: the passes one after the other,
-        each in a new random order, cut to whole batches (the last partial
-        batch of the last pass is dropped, so that every step has one
-        shape). The model is compiled on the first training; afterwards, the
-        optimizer's state is put back to a new optimizer's (step 0, fresh
-        moments) after each training (`_renew_optimizer`), so every training
-        starts as after a new `compile`, without tracing the step again.
+        learns. The model is compiled with a new optimizer first, so every
+        training starts from fresh optimizer state (step 0, zero moments), as
+        PackNet's authors and Avalanche do. The batch order is drawn from
+        `entropy`: the passes one after the other, each in a new random
+        order, cut to whole batches (the last partial batch of the last pass
+        is dropped, so that every step has one shape and XLA compiles the
+        step once).
         """
         if epochs == 0:
             return
-        if self._compiled_with is None:
-            self.model.compile(
-                optimizer=settings.make_optimizer(),
-                loss=task_loss(self.heads, self.classes_per_head),
-                **settings.compile_kwargs,
-            )
-            self._compiled_with = settings
-        elif settings != self._compiled_with:
-            raise ValueError(
-                "A Network trains with the settings it was first trained with."
-                f" Received: {settings!r}, first: {self._compiled_with!r}"
-            )
+        self.model.compile(
+            optimizer=settings.make_optimizer(),
+            loss=task_loss(self.heads, self.classes_per_head),
+            **settings.compile_kwargs,
+        )
         rng = np.random.default_rng(list(entropy))
         order = np.concatenate([rng.permutation(len(x)) for _ in range(epochs)])
-        # Whole batches only: one batch shape, so XLA compiles the step once.
         order = order[: max(len(order) // settings.batch_size, 1) * settings.batch_size]
         self.model.fit(
             x[order],
@@ -174,30 +164,6 @@ class Network:
             shuffle=False,
             verbose=0,
         )
-        self._renew_optimizer()
-
-    def _renew_optimizer(self):
-        """Gives the optimizer a new optimizer's state, or a new compile next time.
-
-        A new optimizer of the same configuration is built for the variables
-        the model trains now (maskfit leaves fully frozen ones out, and has
-        built the optimizer for the same ones in the same order), and its
-        variables' values are copied in. Should the two not match variable
-        for variable in shape and dtype, the next training compiles the
-        model with a new optimizer instead.
-        """
-        optimizer = self.model.optimizer
-        fresh = type(optimizer).from_config(optimizer.get_config())
-        fresh.build(self.model.trainable_variables)
-        live, new = optimizer.variables, fresh.variables
-        if len(live) != len(new) or any(
-            tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype
-            for a, b in zip(live, new)
-        ):
-            self._compiled_with = None
-            return
-        for variable, value in zip(live, new):
-            variable.assign(value)
 
     def _make_logits_fn(self, settings):
         kernels = [l.kernel for l in self.layers]
