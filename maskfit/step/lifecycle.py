@@ -212,7 +212,7 @@ class StepLifecycle:
             changed = self._fit_optimizer(step) or changed
             optimizer = getattr(model, "optimizer", None)
             if optimizer is not None and masker.has_rules:
-                masker.read_fresh_state(optimizer)
+                masker.rules.read_fresh_state(optimizer)
             return changed
 
     def load_pending_keeps(self):
