@@ -147,7 +147,10 @@ class StepLifecycle:
                 return
             with model.distribute_strategy.scope():
                 ready = masker.prepare(
-                    optimizer_step(model), model.optimizer, settle=self.phase == SETTLE
+                    optimizer_step(model),
+                    model.optimizer,
+                    settle=self.phase == SETTLE,
+                    xla=bool(model.jit_compile) and not model.run_eagerly,
                 )
             if ready:
                 self.phase = READY

@@ -97,7 +97,6 @@ class GradientMasker:
             return False  # nothing the plan depends on changed
         changed = self._read_declarations(step)
         self._last_sync = key
-        self._rules.prepared = prepared
         needs = self._masks.needs
         if not self._skip_frozen:
             needs = {
@@ -197,10 +196,10 @@ class GradientMasker:
         )
         return self._masks.state_bytes() + keeps
 
-    def prepare(self, step, optimizer, settle):
+    def prepare(self, step, optimizer, settle, xla=False):
         """Outside the step, before a call at optimizer `step` (`RuleStage.prepare`)."""
         return self.rules.prepare(
-            step, optimizer, self.plan.frozen, self._masks.declared_current(), settle
+            step, optimizer, self.plan.frozen, self._masks.declared_current(), settle, xla
         )
 
     def fusing_pays(self):

@@ -48,9 +48,11 @@ class RuleStage:
             i: traits.fresh_state(optimizer, self._variables[i]) for i in sorted(regrowing)
         }
 
-    def prepare(self, step, optimizer, frozen, declared, settle):
+    def prepare(self, step, optimizer, frozen, declared, settle, xla):
         """Outside the step, before a call at optimizer `step`: `RuleState.prepare`."""
-        return self.state.prepare(step, optimizer, self._variables, frozen, declared, settle)
+        return self.state.prepare(
+            step, optimizer, self._variables, frozen, declared, settle, xla
+        )
 
     def before_forward(self, step, optimizer, frozen, declared):
         """In the step, before the forward pass: the rules that do not read gradients.

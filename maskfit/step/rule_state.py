@@ -31,14 +31,12 @@ class RuleState:
       groups: the `RuleGroup`s the step applies.
       in_step: positions in `groups` of the rules the traced step runs (the
         others are applied by `prepare`, outside it).
-      prepared: whether `prepare` runs before each new call of the step.
     """
 
     def __init__(self):
         self.keeps = {}
         self.groups = ()
         self.in_step = frozenset()
-        self.prepared = False
 
     def update(self, groups, variables, frozen=None):
         """Makes a keep mask per covered variable, keeping existing ones; True to retrace.
@@ -143,36 +141,39 @@ class RuleState:
         """Positions whose dropped entries' optimizer state is 0 and stays 0 by itself.
 
         Those of the optimizers of `optim.traits.keeps_dropped_entries_at_zero`,
-        except, under XLA, for a rule the step runs: there the zeroing after the
-        update fuses into it, while state written in the rule's conditional
-        would be one more operand of it in every step. Without `prepared`, no
-        settle ran either, so under XLA no rule's state is trusted.
+        outside XLA. A step compiled with XLA relies on no state: it zeroes
+        dropped entries after each update, which fuses into the update, and
+        leaves their state as it is (state written in a rule's conditional
+        would be one more operand of the update in every step), so a run that
+        resumes under XLA, whose step is traced anew, holds the same state as
+        one that never stopped.
         """
-        ruled = self.indices_in_step() if self.prepared else set(self.keeps)
-        xla = internals.tracing_for_xla()
+        if internals.tracing_for_xla():
+            return set()
         return {
             i
             for i in self.keeps
             if traits.keeps_dropped_entries_at_zero(optimizer, variables[i])
-            and not (i in ruled and xla)
         }
 
-    def prepare(self, step, optimizer, variables, frozen, declared, settle):
+    def prepare(self, step, optimizer, variables, frozen, declared, settle, xla=False):
         """Outside the step, before a call that starts at optimizer `step`.
 
         Applies each rule that the step leaves out and whose last update is
         `step`; with `settle` (a newly traced step), also sets every dropped
-        entry to +0.0, weights and the state `optimizer` keeps for them
-        (`settle`). Returns False, doing nothing, when a rule left out of the
-        step may still update after `step` (the optimizer went back, e.g. to
-        an earlier backup): the step must be planned again.
+        entry to +0.0, weights and (unless the step is compiled with XLA,
+        which relies on no state: `zeroed`) the state `optimizer` keeps for
+        them (`settle`). Returns False, doing nothing, when a rule left out of
+        the step may still update after `step` (the optimizer went back, e.g.
+        to an earlier backup): the step must be planned again.
 
         Args:
           step: the optimizer step the call starts at.
           optimizer: the step's optimizer.
           variables: the step's variables, in its order.
-          frozen, declared: as for `apply`.
+          frozen, declared: as for `rule_update.apply`.
           settle: whether the step was traced anew.
+          xla: whether the step is compiled with XLA (`jit_compile=True`).
         """
         applied = self.due_at(step)
         if applied is None:
@@ -180,7 +181,7 @@ class RuleState:
         if not (applied or settle):
             return True
         handles = [paths.handle(v) for v in variables]
-        state = traits.zeroable_state(optimizer, variables, self.keeps)
+        state = {} if xla else traits.zeroable_state(optimizer, variables, self.keeps)
         if applied:
             fresh = {
                 i: traits.fresh_state(optimizer, variables[i])
