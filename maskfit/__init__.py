@@ -15,6 +15,7 @@ from maskfit import distribute
 from maskfit import layers
 from maskfit import pruning
 from maskfit.apply import apply_gradients
+from maskfit.backup import ExactBackupAndRestore
 from maskfit.declare import get_mask
 from maskfit.declare import set_mask
 from maskfit.gradients import custom_gradient
@@ -37,6 +38,7 @@ __all__ = [
     "custom_gradient",
     "distribute",
     "ElementMask",
+    "ExactBackupAndRestore",
     "get_mask",
     "layers",
     "MaskedModel",
