@@ -113,7 +113,9 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
             ("delete_checkpoint", delete_checkpoint),
         ):
             if not isinstance(value, bool):
-                raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+                raise ValueError(
+                    f"`{name}` must be True or False. Received: {name}={value!r}"
+                )
         self.backup_dir = backup_dir
         self.save_freq = save_freq
         self.double_checkpoint = double_checkpoint
@@ -155,6 +157,9 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
                 state.restore_model(model, backup)
             self._resume = _Resume(backup, spe, model_loaded=model.built)
             internals.set_initial_epoch(model, self._resume.epoch)
+            internals.restore_epoch_count(
+                self._fit_input, epoch_length=backup.progress["epoch_length"]
+            )
         self._install()
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -177,7 +182,8 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
         self._since_save += self._spe
         if self._since_save >= self.save_freq:
             self._since_save = 0
-            self._save(self._epoch, self._begin + self._spe, self._position, logs, self._epoch_rng)
+            steps_done = self._begin + self._spe
+            self._save(self._epoch, steps_done, self._position, logs, self._epoch_rng)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.save_freq != "epoch":
@@ -223,6 +229,7 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
         if resume is not None and resume.extra_batches:
             _take(iterator, resume.extra_batches, partial=False)
             self._position += resume.extra_batches
+            internals.restore_epoch_count(self._fit_input, batches=resume.extra_batches)
             resume.extra_batches = 0
         if resume is not None and resume.skip_calls:
             resume.skip_calls -= 1
@@ -245,7 +252,7 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
         return logs
 
     def _finish_restore(self, resume, iterator):
-        """Loads what `on_train_begin` could not: a model Keras builds in its first step, metrics."""
+        """Restores what `on_train_begin` could not: an unbuilt model, metrics."""
         model = self.model
         if resume.model_pending:
             internals.symbolic_build(model, iterator.element_spec)
@@ -279,6 +286,7 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
             "steps_done": steps_done,
             "position": position,
             "steps_per_execution": self._spe,
+            "epoch_length": internals.learned_epoch_length(self._fit_input),
             "optimizer_step": _optimizer_step(model),
             "logs": _plain(logs),
         }
@@ -291,7 +299,11 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
     def _read_newest(self):
         found = files.complete(self.backup_dir)
         if not found:
-            stock = [f for f in _KERAS_FILES if os.path.exists(os.path.join(self.backup_dir, f))]
+            stock = [
+                name
+                for name in _KERAS_FILES
+                if os.path.exists(os.path.join(self.backup_dir, name))
+            ]
             if stock:
                 raise ValueError(
                     f"backup_dir {self.backup_dir!r} holds a backup of"

@@ -17,7 +17,6 @@ yields the batches the interrupted run got, in the same order:
 """
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from maskfit.backup import internals
@@ -64,7 +63,9 @@ def hazards(epoch_iterator):
     if kind == "TFDatasetAdapter":
         dataset = adapter.get_tf_dataset()
         if not isinstance(dataset, tf.data.Dataset):
-            return ["the input is a distributed dataset, whose order maskfit does not check"]
+            return [
+                "the input is a distributed dataset, whose order maskfit does not check"
+            ]
         return dataset_hazards(dataset)
     if kind == "PyDatasetAdapter":
         py_dataset = adapter.py_dataset
@@ -86,70 +87,55 @@ def hazards(epoch_iterator):
 
 
 def dataset_hazards(dataset):
-    """Returns what makes a fresh pass over `dataset` yield another order ([] if nothing)."""
-    graph = internals.dataset_graph(dataset)
-    if graph is None:
-        return ["the dataset's graph cannot be read, so its order cannot be checked"]
+    """Returns what makes a new pass over `dataset` yield another order ([] if nothing)."""
+    ops = internals.dataset_ops(dataset)
+    if ops is None:
+        return ["the dataset's pipeline cannot be read, so its order cannot be checked"]
     found = []
     if dataset.options().deterministic is False:
         found.append("its options set deterministic=False")
-    for nodes in [graph.node] + [f.node_def for f in graph.library.function]:
-        constants = {node.name: node for node in nodes if node.op == "Const"}
-        for node in nodes:
-            reason = _node_hazard(node, constants)
-            if reason is not None and reason not in found:
-                found.append(reason)
+    for op in ops:
+        reason = _op_hazard(op)
+        if reason is not None and reason not in found:
+            found.append(reason)
     return found
 
 
-def _node_hazard(node, constants):
-    op, attr = node.op, node.attr
-    if op in _SHUFFLES:
-        reshuffles = attr["reshuffle_each_iteration"].b if "reshuffle_each_iteration" in attr else True
-        if reshuffles:
+def _op_hazard(op):
+    kind, attrs = op.type, op.attrs
+    if kind in _SHUFFLES:
+        # ShuffleDatasetV2 has no such attribute: it always reshuffles.
+        if attrs.get("reshuffle_each_iteration", True):
             return (
                 "shuffle() reshuffles on every pass (reshuffle_each_iteration=True,"
                 " the default), so a restarted process shuffles a later epoch"
                 " differently; pass reshuffle_each_iteration=False"
             )
-        if _unseeded(node, constants, first_seed_input=2):
+        if op.seeds in (None, (0, 0)):
             return "shuffle() has no seed; pass seed=... or set a global seed"
         return None
-    if op in _RANDOM_DATASETS:
-        if attr["rerandomize_each_iteration"].b if "rerandomize_each_iteration" in attr else False:
+    if kind in _RANDOM_DATASETS:
+        if attrs.get("rerandomize_each_iteration", False):
             return "a random dataset re-randomizes on every pass"
-        if _unseeded(node, constants, first_seed_input=0):
+        if op.seeds in (None, (0, 0)):
             return "a random dataset (e.g. sample_from_datasets) has no seed"
         return None
-    if (op.startswith("Random") or op in _SEEDED_OPS) and "seed" in attr and "seed2" in attr:
-        if attr["seed"].i == 0 and attr["seed2"].i == 0:
-            return f"a random op ({op}) has no seed"
+    if (kind.startswith("Random") or kind in _SEEDED_OPS) and "seed" in attrs:
+        if attrs["seed"] == 0 and attrs.get("seed2", 0) == 0:
+            return f"a random op ({kind}) has no seed"
         return None
-    if op.startswith("Stateful") or op in _GENERATOR_OPS:
+    if kind.startswith("Stateful") or kind in _GENERATOR_OPS:
         return (
-            f"a tf.random.Generator ({op}) draws numbers whose state the backup"
+            f"a tf.random.Generator ({kind}) draws numbers whose state the backup"
             " does not hold"
         )
-    if op in _PYTHON_OPS:
+    if kind in _PYTHON_OPS:
         return (
             "it runs Python code (from_generator, py_function or numpy_function)"
             " that maskfit cannot check"
         )
-    if op.startswith("DataService"):
+    if kind.startswith("DataService"):
         return "it reads from the tf.data service"
-    if ("deterministic" in attr and attr["deterministic"].s == b"false") or (
-        "sloppy" in attr and attr["sloppy"].b
-    ):
-        return f"{op} runs with deterministic=False"
+    if attrs.get("deterministic") == "false" or attrs.get("sloppy", False):
+        return f"{kind} runs with deterministic=False"
     return None
-
-
-def _unseeded(node, constants, first_seed_input):
-    """Whether `node`'s two seed inputs are both 0 (or not constants)."""
-    seeds = []
-    for name in node.input[first_seed_input : first_seed_input + 2]:
-        constant = constants.get(name.split(":")[0].lstrip("^"))
-        if constant is None:
-            return True
-        seeds.append(int(np.asarray(tf.make_ndarray(constant.attr["value"].tensor))))
-    return seeds == [0, 0]

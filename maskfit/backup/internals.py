@@ -8,6 +8,7 @@ what public API is missing. Checked on Keras 3.10.0 with TF 2.16.2 and Keras
 check. (Meant to join `maskfit/internals.py` once the core restructure lands.)
 """
 
+import collections
 import importlib
 import inspect
 
@@ -15,10 +16,13 @@ import tensorflow as tf
 
 __all__ = [
     "PRIVATE_MEMBERS",
-    "dataset_graph",
+    "DatasetOp",
+    "dataset_ops",
     "fit_dataset",
     "fit_input",
     "iterator_kept",
+    "learned_epoch_length",
+    "restore_epoch_count",
     "set_initial_epoch",
     "symbolic_build",
 ]
@@ -55,6 +59,21 @@ PRIVATE_MEMBERS = (
         " Keras keeps one across epochs until it runs out).",
     ),
     (
+        "keras.src.trainers.epoch_iterator.EpochIterator",
+        "_num_batches",
+        "the batches an epoch has, which Keras learns when an input of unknown"
+        " size first runs out; a restarted `fit` must end its epochs where the"
+        " interrupted one did (Keras calls the train function once more on an"
+        " exhausted input, and that call still moves the weights).",
+    ),
+    (
+        "keras.src.trainers.epoch_iterator.EpochIterator",
+        "_steps_seen",
+        "the batches read from the current iterator, by which Keras ends an"
+        " epoch that runs out of data: a resumed `fit` counts those that earlier"
+        " epochs read from an iterator it kept.",
+    ),
+    (
         "keras.src.backend.tensorflow.trainer.TFEpochIterator",
         "_distributed_dataset",
         "the tf.data pipeline `fit` iterates (Keras builds it from arrays).",
@@ -66,10 +85,22 @@ PRIVATE_MEMBERS = (
     ),
     (
         "tf.data.Dataset",
-        "_as_serialized_graph",
-        "the dataset's graph, to find what makes its order differ from one"
-        " pass or process to the next (unseeded or reshuffling shuffles,"
-        " Python code, non-deterministic parallelism).",
+        "_inputs",
+        "the datasets a dataset reads, to walk a pipeline and find what makes"
+        " its order differ from one pass or process to the next.",
+    ),
+    (
+        "tf.data.Dataset",
+        "_functions",
+        "the functions of a pipeline's map, filter, flat_map...: their ops"
+        " (unseeded random ops, Python code, nested shuffles).",
+    ),
+    (
+        "tf.data.Dataset.shuffle()",
+        "_reshuffle_each_iteration",
+        "whether a shuffle reshuffles on every pass; with `_seed`, `_seed2`"
+        " (also of a random dataset, whose `_rerandomize` says the same) and"
+        " the `_deterministic` of parallel maps and batches.",
     ),
 )
 
@@ -113,6 +144,27 @@ def iterator_kept(epoch_iterator, iterator):
     return getattr(epoch_iterator, "_current_iterator", None) is iterator
 
 
+def learned_epoch_length(epoch_iterator):
+    """The batches an epoch of `fit` has, as Keras knows it now (None: unknown yet)."""
+    return getattr(epoch_iterator, "_num_batches", None)
+
+
+def restore_epoch_count(epoch_iterator, epoch_length=None, batches=0):
+    """Puts `fit`'s count of an epoch's batches back as it was.
+
+    Args:
+      epoch_iterator: `fit`'s `EpochIterator` (nothing happens for None).
+      epoch_length: the epoch length the interrupted run had learned (set
+        only where this one has not learned one).
+      batches: batches that earlier epochs read from the current iterator.
+    """
+    if epoch_iterator is None:
+        return
+    if epoch_length is not None and epoch_iterator._num_batches is None:
+        epoch_iterator._num_batches = epoch_length
+    epoch_iterator._steps_seen += batches
+
+
 def fit_dataset(epoch_iterator):
     """The `tf.data.Dataset` that `fit` iterates, or None when it cannot be read."""
     dataset = getattr(epoch_iterator, "_distributed_dataset", None)
@@ -121,18 +173,98 @@ def fit_dataset(epoch_iterator):
     return dataset if isinstance(dataset, tf.data.Dataset) else None
 
 
-def dataset_graph(dataset):
-    """The `GraphDef` of `dataset`, its functions included; None if it cannot be serialized."""
-    from tensorflow.core.framework import graph_pb2
+# An op of a dataset pipeline: its type, the attributes that bear on its
+# order, and for a shuffle or random dataset its two seeds (None: unknown).
+DatasetOp = collections.namedtuple("DatasetOp", "type attrs seeds")
+_ORDER_ATTRS = (
+    "seed",
+    "seed2",
+    "reshuffle_each_iteration",
+    "rerandomize_each_iteration",
+    "deterministic",
+    "sloppy",
+)
 
-    ignore = tf.data.experimental.ExternalStatePolicy.IGNORE
+
+def dataset_ops(dataset):
+    """The ops of `dataset` and of every dataset it reads, their functions' included.
+
+    Walks the Python dataset objects (not a serialized graph, which would copy
+    the tensors a pipeline holds, e.g. all of `fit`'s arrays). Returns a list
+    of `DatasetOp`s, or None when a part cannot be read.
+    """
+    found, stack, seen = [], [dataset], set()
     try:
-        serialized = dataset._as_serialized_graph(external_state_policy=ignore)
-    except (tf.errors.OpError, TypeError, ValueError):
+        while stack:
+            each = stack.pop()
+            if id(each) in seen:
+                continue
+            seen.add(id(each))
+            found += _object_ops(each)
+            for wrapper in each._functions():
+                found += _graph_ops(wrapper.function.graph.as_graph_def())
+            stack.extend(each._inputs())
+    except (AttributeError, TypeError, ValueError):
         return None
-    graph = graph_pb2.GraphDef()
-    graph.ParseFromString(serialized.numpy())
-    return graph
+    return found
+
+
+def _object_ops(dataset):
+    """What a dataset object itself does to the order (its op is made in C++)."""
+    found = []
+    if hasattr(dataset, "_reshuffle_each_iteration"):
+        attrs = {"reshuffle_each_iteration": bool(dataset._reshuffle_each_iteration)}
+        found.append(DatasetOp("ShuffleDataset", attrs, _object_seeds(dataset)))
+    elif hasattr(dataset, "_rerandomize"):
+        attrs = {"rerandomize_each_iteration": bool(dataset._rerandomize)}
+        found.append(DatasetOp("RandomDataset", attrs, _object_seeds(dataset)))
+    if getattr(dataset, "_deterministic", None) in ("false", False):
+        found.append(DatasetOp(type(dataset).__name__, {"deterministic": "false"}, None))
+    return found
+
+
+def _object_seeds(dataset):
+    try:
+        return (int(dataset._seed or 0), int(dataset._seed2 or 0))
+    except TypeError:  # a tensor made in a traced function
+        return None
+
+
+def _graph_ops(graph):
+    """The ops of a `GraphDef` and of its function library."""
+    found = []
+    for nodes in [graph.node] + [f.node_def for f in graph.library.function]:
+        constants = {node.name: node for node in nodes if node.op == "Const"}
+        for node in nodes:
+            attrs = {
+                name: _attr_value(name, node.attr[name])
+                for name in _ORDER_ATTRS
+                if name in node.attr
+            }
+            seeds = None
+            if node.op.startswith(("Shuffle", "RandomDataset")):
+                first = 0 if node.op.startswith("Random") else 2
+                seeds = _constant_seeds(node.input[first : first + 2], constants)
+            found.append(DatasetOp(node.op, attrs, seeds))
+    return found
+
+
+def _attr_value(name, value):
+    if name == "deterministic":
+        return value.s.decode()
+    if name in ("seed", "seed2"):
+        return value.i
+    return value.b
+
+
+def _constant_seeds(names, constants):
+    seeds = []
+    for name in names:
+        constant = constants.get(name.split(":")[0].lstrip("^"))
+        if constant is None:
+            return None
+        seeds.append(int(tf.make_ndarray(constant.attr["value"].tensor)))
+    return tuple(seeds)
 
 
 def missing_members():
@@ -153,6 +285,7 @@ def missing_members():
     model.fit(np.zeros((2, 1)), np.zeros((2, 1)), verbose=0, callbacks=[Probe()])
     epoch_iterator = found["fit"]
     owners = {
+        "tf.data.Dataset.shuffle()": tf.data.Dataset.range(2).shuffle(2),
         "keras.Model": model,
         "keras.src.trainers.epoch_iterator.EpochIterator": epoch_iterator,
         "keras.src.backend.tensorflow.trainer.TFEpochIterator": epoch_iterator,

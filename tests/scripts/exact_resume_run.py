@@ -1,17 +1,17 @@
 """Training runs that test_exact_resume.py kills and restarts.
 
-    python exact_resume_run.py reference WORKDIR [mirrored]
-    python exact_resume_run.py resume WORKDIR [mirrored]
+    python exact_resume_run.py PHASE WORKDIR [mirrored]
 
-`reference` trains every case of `CASES` (or `MIRRORED_CASES`) with plain
-`fit`, no backup callback, and saves each one's final state to
-WORKDIR/<case>.reference.npz. `resume` trains them in order with
+PHASE `reference` trains every case of `CASES` (or `MIRRORED_CASES`) with
+plain `fit`, no backup callback, and saves each one's final state to
+WORKDIR/<case>.reference.npz; `resume+reference` does `resume`, then that (one
+process fewer to start). `resume` trains them in order with
 `maskfit.ExactBackupAndRestore`; a case whose WORKDIR/<case>.resumed.npz exists
 is done. The process kills itself with SIGKILL after the optimizer steps a case
 lists in `kills` (each once: WORKDIR/<case>.killed records them) and while
 writing the backups of the steps in `write_kills`; the test restarts it until
-it exits with 0. It prints one `trained <case> <first step> <last step>` line
-per fit, for the test to check where each restart resumed.
+it exits with 0. Before each fit with a backup to resume, it prints
+`resuming <case> from <optimizer step> <what the backup folder holds>`.
 """
 
 import json
@@ -27,48 +27,77 @@ import tensorflow as tf  # noqa: E402
 
 import maskfit  # noqa: E402
 from maskfit import distribute  # noqa: E402
+from maskfit import dropped_entries  # noqa: E402
 from maskfit import model as model_lib  # noqa: E402
 from maskfit import pruning  # noqa: E402
+from maskfit.backup import files as backup_files  # noqa: E402
 from maskfit.backup import state as backup_state  # noqa: E402
 
 SAMPLES, BATCH, EPOCHS = 40, 4, 3  # 10 steps an epoch, 30 in all
 SAVE_FREQ = 4  # backups after steps 4, 8, 12, ... of a run
 BOUNDARY = 15  # the PiecewiseMask switches here
 # Prunes in steps 5, 10, 15, 20 and 25.
-PRUNING = dict(initial_sparsity=0.0, final_sparsity=0.6, begin_step=5, end_step=25, frequency=5)
+PRUNING = dict(
+    initial_sparsity=0.0, final_sparsity=0.6, begin_step=5, end_step=25, frequency=5
+)
 
-# name: model, input, shuffled, execution mode, steps_per_execution, kills.
+# Each case: the model, its input, whether fit or the dataset shuffles, the
+# execution mode, steps_per_execution, the steps after which the process is
+# killed, the steps whose backup write is killed, and the steps the restarts
+# resume from (for the test).
 CASES = {
     # Killed inside epoch 1 (resumes from step 12), then while writing the
-    # backup of step 24 (resumes from step 20, the boundary and two pruning
-    # steps crossed in between).
+    # backup of step 24 (resumes from step 20; the mask's boundary and two
+    # pruning steps lie in between).
     "functional_arrays_shuffled_graph": dict(
-        model="functional", input="arrays", shuffle=True, mode="graph", kills=[13],
+        model="functional",
+        input="arrays",
+        shuffle=True,
+        mode="graph",
+        kills=[13],
         write_kills=[24],
+        resumes=[12, 20],
     ),
     # Killed after the last step of epoch 1, just backed up: the resumed run
     # skips the whole epoch and goes on with epoch 2.
     "functional_tfdata_shuffled_jit": dict(
-        model="functional", input="tfdata", shuffle=True, mode="jit", kills=[20]
+        model="functional",
+        input="tfdata",
+        shuffle=True,
+        mode="jit",
+        kills=[20],
+        resumes=[20],
     ),
-    # Killed after the last step of epoch 0, backed up at step 8: the resumed
-    # run skips 8 batches and trains the last 2 of the epoch.
-    "functional_arrays_jit": dict(
-        model="functional", input="arrays", shuffle=False, mode="jit", kills=[10]
-    ),
-    # Two steps per call; killed inside epoch 1 (resumes from step 12).
-    "sequential_tfdata_spe2_graph": dict(
-        model="sequential", input="tfdata", shuffle=False, mode="graph", spe=2, kills=[14]
+    # Two steps per call; killed after the last step of epoch 0, backed up
+    # at step 8: the resumed run skips 4 calls and trains steps 9 and 10.
+    "sequential_arrays_spe2_jit": dict(
+        model="sequential",
+        input="arrays",
+        shuffle=False,
+        mode="jit",
+        spe=2,
+        kills=[10],
+        resumes=[8],
     ),
     # A subclassed model that Keras builds inside fit, fed by a PyDataset that
-    # fit shuffles: the restarted run must build it before loading the backup.
+    # fit shuffles: the restarted run builds it before loading the backup.
     "subclassed_pydataset_shuffled_graph": dict(
-        model="subclassed", input="pydataset", shuffle=True, mode="graph", kills=[7]
+        model="subclassed",
+        input="pydataset",
+        shuffle=True,
+        mode="graph",
+        kills=[7],
+        resumes=[4],
     ),
 }
 MIRRORED_CASES = {
     "mirrored_functional_arrays_shuffled": dict(
-        model="functional", input="arrays", shuffle=True, mode="graph", kills=[13]
+        model="functional",
+        input="arrays",
+        shuffle=True,
+        mode="graph",
+        kills=[13],
+        resumes=[12],
     ),
 }
 
@@ -125,7 +154,10 @@ def build(case):
         body,
         maskfit.PiecewiseMask(
             [BOUNDARY],
-            [maskfit.OutputMask([1, 1, 0, 1, 0, 1, 1, 1]), maskfit.OutputMask([0, 1, 1, 1, 1, 0, 1, 1])],
+            [
+                maskfit.OutputMask([1, 1, 0, 1, 0, 1, 1, 1]),
+                maskfit.OutputMask([0, 1, 1, 1, 1, 0, 1, 1]),
+            ],
         ),
     )
     pruning.prune_low_magnitude(model, pruning_schedule=pruning.PolynomialDecay(**PRUNING))
@@ -155,11 +187,19 @@ def data(case):
 
 
 def final_state(model):
+    """Weights, optimizer variables and keep masks; `slot_keep_<j>`: the keep
+    mask that optimizer variable j's entries follow."""
     optimizer = model.optimizer
     keeps = model_lib.keep_masks(model)
     arrays = {f"weight_{i}": w.numpy() for i, w in enumerate(model.weights)}
-    arrays.update({f"optimizer_{i}": v.numpy() for i, v in enumerate(optimizer.variables)})
     arrays.update({f"keep_{i}": keeps[i] for i in sorted(keeps)})
+    slots = list(optimizer.variables)
+    arrays.update({f"optimizer_{j}": v.numpy() for j, v in enumerate(slots)})
+    variables = model_lib.all_trainable_variables(model)
+    for i in keeps:
+        for slot in dropped_entries.state_of(optimizer, variables[i]):
+            j = next(j for j, v in enumerate(slots) if v is slot)
+            arrays[f"slot_keep_{j}"] = np.asarray(i)
     return arrays
 
 
@@ -188,19 +228,17 @@ def kill_once(record, label, due):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-class Steps(keras.callbacks.Callback):
-    def on_train_begin(self, logs=None):
-        self.first = None
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if self.first is None:
-            self.first = int(self.model.optimizer.iterations.numpy())
+def report_backup(name, folder):
+    found = backup_files.complete(folder)
+    if found:
+        with open(os.path.join(found[0], backup_state.PROGRESS)) as f:
+            step = json.load(f)["optimizer_step"]
+        print(f"resuming {name} from {step} {sorted(os.listdir(folder))}", flush=True)
 
 
 def run_case(name, case, phase, workdir, suffix):
     model = build(case)
-    steps = Steps()
-    callbacks = [steps]
+    callbacks = []
     if phase == "resume":
         record = os.path.join(workdir, f"{name}.killed")
         real_write = backup_state._write_progress
@@ -209,17 +247,16 @@ def run_case(name, case, phase, workdir, suffix):
             # Dies with the weights and arrays written, the progress not yet:
             # the backup folder is still a partial one.
             label = f"write {progress['optimizer_step']}"
-            kill_once(record, label, progress["optimizer_step"] in case.get("write_kills", ()))
+            due = progress["optimizer_step"] in case.get("write_kills", ())
+            kill_once(record, label, due)
             real_write(path, progress)
 
         backup_state._write_progress = write_progress
-        backup = maskfit.ExactBackupAndRestore(
-            os.path.join(workdir, f"{name}.backup"), save_freq=SAVE_FREQ
-        )
-        callbacks = [steps, backup, Killer(record, case.get("kills", ()))]
+        folder = os.path.join(workdir, f"{name}.backup")
+        report_backup(name, folder)
+        backup = maskfit.ExactBackupAndRestore(folder, save_freq=SAVE_FREQ)
+        callbacks = [backup, Killer(record, case.get("kills", ()))]
     history = model.fit(**data(case), epochs=EPOCHS, verbose=0, callbacks=callbacks)
-    step = int(model.optimizer.iterations.numpy())
-    print(f"trained {name} {steps.first} {step}", flush=True)
     arrays = final_state(model)
     logs = {key: values[-1] for key, values in history.history.items()}
     arrays["logs"] = np.asarray(json.dumps(logs))
@@ -231,14 +268,15 @@ def main(phase, workdir, strategy_name="default"):
         strategy_name, logical_devices=2 if strategy_name == "mirrored" else None
     )
     cases = MIRRORED_CASES if strategy_name == "mirrored" else CASES
-    suffix = "reference" if phase == "reference" else "resumed"
-    for name, case in cases.items():
-        if os.path.exists(os.path.join(workdir, f"{name}.{suffix}.npz")):
-            continue
-        keras.backend.clear_session(free_memory=False)
-        keras.utils.set_random_seed(11)
-        with strategy.scope():
-            run_case(name, case, phase, workdir, suffix)
+    for each in phase.split("+"):
+        suffix = "reference" if each == "reference" else "resumed"
+        for name, case in cases.items():
+            if os.path.exists(os.path.join(workdir, f"{name}.{suffix}.npz")):
+                continue
+            keras.backend.clear_session(free_memory=False)
+            keras.utils.set_random_seed(11)
+            with strategy.scope():
+                run_case(name, case, each, workdir, suffix)
 
 
 if __name__ == "__main__":
