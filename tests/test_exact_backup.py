@@ -20,12 +20,13 @@ X = np.random.default_rng(0).normal(size=(40, 3)).astype("float32")
 Y = np.random.default_rng(1).normal(size=(40, 2)).astype("float32")
 
 
-def build(**compile_kwargs):
+def build(head_bias=True, **compile_kwargs):
     keras.utils.set_random_seed(7)
     inputs = keras.Input((3,))
     hidden = keras.layers.Dense(6, activation="tanh", name="hidden")(inputs)
     dropped = keras.layers.Dropout(0.2)(hidden)
-    head = maskfit.set_mask(keras.layers.Dense(2, name="head"), maskfit.OutputMask([1, 0]))
+    head = keras.layers.Dense(2, name="head", use_bias=head_bias)
+    maskfit.set_mask(head, maskfit.OutputMask([1, 0]))
     model = maskfit.MaskedModel(inputs, head(dropped))
     schedule = keras.optimizers.schedules.ExponentialDecay(0.05, 3, 0.7)
     model.compile(
@@ -211,6 +212,27 @@ def test_a_backup_made_with_other_steps_per_execution_is_refused(tmp_path):
     with pytest.raises(ValueError, match="steps_per_execution=2, which does not divide"):
         fit(model, [maskfit.ExactBackupAndRestore(folder, 3)])
     assert_same([w.numpy() for w in model.weights], before)
+
+
+def test_a_backup_of_another_model_fails_and_changes_nothing(tmp_path):
+    folder = str(tmp_path / "backup")
+    with pytest.raises(RuntimeError):
+        fit(build(), [maskfit.ExactBackupAndRestore(folder, 3), Interrupt(5)])
+    # Keras loads the hidden layer, then fails on the head: nothing changes.
+    model = build(head_bias=False)
+    before = [w.numpy() for w in model.weights]
+    with pytest.raises(ValueError):
+        fit(model, [maskfit.ExactBackupAndRestore(folder, 3)])
+    assert_same([w.numpy() for w in model.weights], before)
+
+
+def test_train_on_batch_after_an_interrupted_fit_trains(tmp_path):
+    model = build()
+    with pytest.raises(RuntimeError):
+        fit(model, [maskfit.ExactBackupAndRestore(str(tmp_path / "b"), 3), Interrupt(5)])
+    # The wrapper that fit left on the model passes calls it did not announce.
+    model.train_on_batch(X[:4], Y[:4])
+    assert int(model.optimizer.iterations.numpy()) == 6
 
 
 def test_a_keras_backup_is_refused(tmp_path):

@@ -14,10 +14,6 @@ from maskfit.backup import state
 
 __all__ = ["ExactBackupAndRestore"]
 
-# The files `keras.callbacks.BackupAndRestore` writes, to refuse its backups.
-_KERAS_FILES = ("latest.weights.h5", "training_metadata.json")
-
-
 class _Resume:
     """What a restored backup still has to do in the resumed `fit`."""
 
@@ -89,33 +85,9 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
         delete_checkpoint=True,
     ):
         super().__init__()
-        if not isinstance(backup_dir, (str, os.PathLike)) or not os.fspath(backup_dir):
-            raise ValueError(
-                "ExactBackupAndRestore needs `backup_dir`, a local folder path."
-                f" Received: backup_dir={backup_dir!r}"
-            )
-        backup_dir = os.fspath(backup_dir)
-        if "://" in backup_dir:
-            raise ValueError(
-                "ExactBackupAndRestore writes backups atomically by renaming a"
-                " folder, which needs a local file system; back up to a local"
-                f" folder and copy it out. Received: backup_dir={backup_dir!r}"
-            )
-        if save_freq != "epoch" and (
-            isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1
-        ):
-            raise ValueError(
-                'Invalid `save_freq`: expected "epoch" or a positive number of'
-                f" steps. Received: save_freq={save_freq!r}"
-            )
-        for name, value in (
-            ("double_checkpoint", double_checkpoint),
-            ("delete_checkpoint", delete_checkpoint),
-        ):
-            if not isinstance(value, bool):
-                raise ValueError(
-                    f"`{name}` must be True or False. Received: {name}={value!r}"
-                )
+        backup_dir = _checked_arguments(
+            backup_dir, save_freq, double_checkpoint, delete_checkpoint
+        )
         self.backup_dir = backup_dir
         self.save_freq = save_freq
         self.double_checkpoint = double_checkpoint
@@ -133,6 +105,7 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
         self._epoch = 0
         self._since_save = 0
         self._trained = False  # whether the latest call trained
+        self._expected = False  # whether fit announced the next call
         self._epoch_rng = None
         self._resume = None
 
@@ -150,9 +123,10 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
                 " skips as many batches as were trained, not the same ones.",
                 stacklevel=2,
             )
-        backup = self._read_newest()
+        tries = 2 if self.double_checkpoint else 1
+        backup = state.read_newest(self.backup_dir, tries=tries)
         if backup is not None:
-            self._check_fits(backup)
+            _check_resumable(backup, spe, (self.params or {}).get("steps"))
             if model.built:
                 state.restore_model(model, backup)
             self._resume = _Resume(backup, spe, model_loaded=model.built)
@@ -173,6 +147,7 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = batch
+        self._expected = True
         if self.model.train_function is not self._wrapper:
             self._install()
 
@@ -220,6 +195,11 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
         self.model.train_function = train_function
 
     def _call(self, iterator):
+        if not self._expected:
+            # Not a call of this callback's fit (train_on_batch, or a fit that
+            # an exception ended): straight through.
+            return self._call_inner(iterator)
+        self._expected = False
         resume = self._resume
         if resume is not None and resume.first_call:
             resume.first_call = False
@@ -238,18 +218,21 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
             self._position += self._spe
             return resume.logs
         self._trained = True
+        logs = self._call_inner(iterator)
+        self._position += self._spe
+        return logs
+
+    def _call_inner(self, iterator):
         inner = self._inner
         # While it runs, the model shows its own function: maskfit's may make
         # a new one and call it in its place.
         self.model.train_function = inner
         try:
-            logs = inner(iterator)
+            return inner(iterator)
         finally:
             if self.model.train_function is not inner:
                 self._inner = self.model.train_function
             self.model.train_function = self._wrapper
-        self._position += self._spe
-        return logs
 
     def _finish_restore(self, resume, iterator):
         """Restores what `on_train_begin` could not: an unbuilt model, metrics."""
@@ -296,51 +279,54 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
             keep=2 if self.double_checkpoint else 1,
         )
 
-    def _read_newest(self):
-        found = files.complete(self.backup_dir)
-        if not found:
-            stock = [
-                name
-                for name in _KERAS_FILES
-                if os.path.exists(os.path.join(self.backup_dir, name))
-            ]
-            if stock:
-                raise ValueError(
-                    f"backup_dir {self.backup_dir!r} holds a backup of"
-                    f" keras.callbacks.BackupAndRestore ({', '.join(stock)}), which"
-                    " ExactBackupAndRestore cannot resume exactly: resume it with"
-                    " Keras's callback, or remove it to start over."
-                )
-            return None
-        files.remove_partials(self.backup_dir)
-        errors = []
-        for path in found[: 2 if self.double_checkpoint else 1]:
-            try:
-                return state.read(path)
-            except (OSError, ValueError, KeyError) as error:
-                errors.append(f"{path}: {error}")
-        raise OSError(
-            "ExactBackupAndRestore cannot read its backup"
-            f"{'s' if len(errors) > 1 else ''}: {'; '.join(errors)}"
-        )
 
-    def _check_fits(self, backup):
-        progress = backup.progress
-        done, epoch = progress["steps_done"], progress["epoch"]
-        if done % self._spe:
-            raise ValueError(
-                f"The backup in {backup.path} was saved after step {done} of epoch"
-                f" {epoch} with steps_per_execution={progress['steps_per_execution']};"
-                f" this fit runs steps_per_execution={self._spe}, which does not"
-                " divide it. Compile with the backup's steps_per_execution to resume."
-            )
-        steps = (self.params or {}).get("steps")
-        if steps and done > steps:
-            raise ValueError(
-                f"The backup in {backup.path} was saved after step {done} of epoch"
-                f" {epoch}, but this fit's epochs have {steps} steps. Resume with"
-                " the input and steps_per_epoch the backup was made with."
-            )
+def _checked_arguments(backup_dir, save_freq, double_checkpoint, delete_checkpoint):
+    """Returns `backup_dir` as a string; raises ValueError for a bad argument."""
+    if not isinstance(backup_dir, (str, os.PathLike)) or not os.fspath(backup_dir):
+        raise ValueError(
+            "ExactBackupAndRestore needs `backup_dir`, a local folder path."
+            f" Received: backup_dir={backup_dir!r}"
+        )
+    backup_dir = os.fspath(backup_dir)
+    if "://" in backup_dir:
+        raise ValueError(
+            "ExactBackupAndRestore writes backups atomically by renaming a"
+            " folder, which needs a local file system; back up to a local"
+            f" folder and copy it out. Received: backup_dir={backup_dir!r}"
+        )
+    if save_freq != "epoch" and (
+        isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1
+    ):
+        raise ValueError(
+            'Invalid `save_freq`: expected "epoch" or a positive number of'
+            f" steps. Received: save_freq={save_freq!r}"
+        )
+    for name, value in (
+        ("double_checkpoint", double_checkpoint),
+        ("delete_checkpoint", delete_checkpoint),
+    ):
+        if not isinstance(value, bool):
+            raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return backup_dir
+
+
+def _check_resumable(backup, steps_per_execution, steps):
+    """Raises ValueError if this `fit` cannot go on from `backup` at its step."""
+    progress = backup.progress
+    done, epoch = progress["steps_done"], progress["epoch"]
+    if done % steps_per_execution:
+        raise ValueError(
+            f"The backup in {backup.path} was saved after step {done} of epoch"
+            f" {epoch} with steps_per_execution={progress['steps_per_execution']};"
+            f" this fit runs steps_per_execution={steps_per_execution}, which does"
+            " not divide it. Compile with the backup's steps_per_execution to resume."
+        )
+    if steps and done > steps:
+        raise ValueError(
+            f"The backup in {backup.path} was saved after step {done} of epoch"
+            f" {epoch}, but this fit's epochs have {steps} steps. Resume with"
+            " the input and steps_per_epoch the backup was made with."
+        )
 
 
 def _take(iterator, count, partial):

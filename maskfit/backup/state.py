@@ -23,9 +23,12 @@ import h5py
 import keras
 import numpy as np
 
+from maskfit.backup import files
+
 __all__ = [
     "Backup",
     "read",
+    "read_newest",
     "restore_metrics",
     "restore_model",
     "restore_rng",
@@ -33,6 +36,8 @@ __all__ = [
     "write",
 ]
 
+# The files `keras.callbacks.BackupAndRestore` writes, to refuse its backups.
+_KERAS_FILES = ("latest.weights.h5", "training_metadata.json")
 WEIGHTS = "model.weights.h5"
 ARRAYS = "state.npz"
 PROGRESS = "progress.json"
@@ -94,6 +99,38 @@ def _write_progress(path, progress):
         json.dump(progress, f)
 
 
+def read_newest(directory, tries=1):
+    """Reads the newest complete backup in `directory` that reads (of the `tries`
+    newest); None if there is none.
+
+    Raises:
+      OSError: none of them can be read.
+      ValueError: `directory` holds a backup of `keras.callbacks.BackupAndRestore`.
+    """
+    found = files.complete(directory)
+    if not found:
+        stock = [n for n in _KERAS_FILES if os.path.exists(os.path.join(directory, n))]
+        if stock:
+            raise ValueError(
+                f"backup_dir {directory!r} holds a backup of"
+                f" keras.callbacks.BackupAndRestore ({', '.join(stock)}), which"
+                " ExactBackupAndRestore cannot resume exactly: resume it with"
+                " Keras's callback, or remove it to start over."
+            )
+        return None
+    files.remove_partials(directory)
+    errors = []
+    for path in found[:tries]:
+        try:
+            return read(path)
+        except (OSError, ValueError, KeyError) as error:
+            errors.append(f"{path}: {error}")
+    raise OSError(
+        "ExactBackupAndRestore cannot read its backup"
+        f"{'s' if len(errors) > 1 else ''}: {'; '.join(errors)}"
+    )
+
+
 def read(folder):
     """Reads and checks the backup in `folder`.
 
@@ -131,7 +168,15 @@ def restore_model(model, backup):
             f" states, but model '{model.name}' has {len(seeds)}. Resume with the"
             " model the backup was made from."
         )
-    model.load_weights(backup.weights_path)
+    weights = list(model.weights)
+    before = [keras.ops.convert_to_numpy(w) for w in weights]
+    try:
+        model.load_weights(backup.weights_path)
+    except Exception:
+        # Keras loads layer by layer: put back what it loaded before failing.
+        for weight, value in zip(weights, before):
+            weight.assign(value)
+        raise
     for i, variable in enumerate(seeds):
         variable.assign(backup.arrays[f"seed_{i}"])
 
