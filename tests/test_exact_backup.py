@@ -20,7 +20,7 @@ X = np.random.default_rng(0).normal(size=(40, 3)).astype("float32")
 Y = np.random.default_rng(1).normal(size=(40, 2)).astype("float32")
 
 
-def build(head_bias=True, **compile_kwargs):
+def build(head_bias=True, optimizer_kwargs=None, **compile_kwargs):
     keras.utils.set_random_seed(7)
     inputs = keras.Input((3,))
     hidden = keras.layers.Dense(6, activation="tanh", name="hidden")(inputs)
@@ -30,7 +30,9 @@ def build(head_bias=True, **compile_kwargs):
     model = maskfit.MaskedModel(inputs, head(dropped))
     schedule = keras.optimizers.schedules.ExponentialDecay(0.05, 3, 0.7)
     model.compile(
-        optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.05),
+        optimizer=keras.optimizers.AdamW(
+            schedule, weight_decay=0.05, **(optimizer_kwargs or {})
+        ),
         loss="mse",
         metrics=["mae"],
         **compile_kwargs,
@@ -39,15 +41,15 @@ def build(head_bias=True, **compile_kwargs):
 
 
 class Interrupt(keras.callbacks.Callback):
-    """Raises after optimizer step `step`, once."""
+    """Raises after the `step`-th batch of a fit that skips none."""
 
     def __init__(self, step):
         super().__init__()
-        self.step, self.done = step, False
+        self.step, self.seen = step, 0
 
     def on_train_batch_end(self, batch, logs=None):
-        if not self.done and int(self.model.optimizer.iterations.numpy()) == self.step:
-            self.done = True
+        self.seen += 1
+        if self.seen == self.step:
             raise RuntimeError("interrupted on purpose")
 
 
@@ -148,6 +150,19 @@ def test_resumes_inside_an_epoch_bit_identical(tmp_path, mode):
         )
     assert not os.path.exists(tmp_path / "backup")  # delete_checkpoint=True
     assert model._initial_epoch is None  # a later fit starts at epoch 0
+
+
+def test_resumes_in_the_middle_of_gradient_accumulation_with_ema(tmp_path):
+    # Backed up after batch 15: half of an accumulation of 2 (the optimizer
+    # counts 7 updates), between two EMA overwrites.
+    optimizer_kwargs = dict(use_ema=True, ema_overwrite_frequency=4,
+                            gradient_accumulation_steps=2)
+    reference = build(optimizer_kwargs=optimizer_kwargs)
+    fit(reference)
+    model, _ = interrupted_then_resumed(
+        tmp_path, stop=17, build_kwargs=dict(optimizer_kwargs=optimizer_kwargs)
+    )
+    assert_same(state_of(model), state_of(reference))
 
 
 @pytest.mark.parametrize(
