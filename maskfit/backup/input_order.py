@@ -51,15 +51,16 @@ def hazards(epoch_iterator):
     kind = type(adapter).__name__
     if kind == "ArrayDataAdapter":
         dataset = internals.fit_dataset(epoch_iterator)
+        found = dataset_hazards(dataset) if dataset is not None else []
         # Keras's pipeline for arrays draws nothing at random but the
         # permutation of a shuffled fit.
-        if dataset is not None and dataset_hazards(dataset):
+        if any("has no seed" in reason for reason in found):
             return [
                 "the arrays are shuffled (fit's shuffle=True) with no global seed,"
                 " so a restarted process draws another permutation; call"
-                " keras.utils.set_random_seed(seed) before building the model"
+                " keras.utils.set_random_seed(seed) before fit"
             ]
-        return []
+        return found
     if kind == "TFDatasetAdapter":
         dataset = adapter.get_tf_dataset()
         if not isinstance(dataset, tf.data.Dataset):
