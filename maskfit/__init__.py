@@ -15,6 +15,7 @@ from maskfit import distribute
 from maskfit import layers
 from maskfit import pruning
 from maskfit.apply import apply_gradients
+from maskfit.backup import ExactBackupAndRestore
 from maskfit.gradients import custom_gradient
 from maskfit.gradients import reduce_to_shape
 from maskfit.model import MaskedModel
@@ -39,6 +40,7 @@ __all__ = [
     "custom_gradient",
     "distribute",
     "ElementMask",
+    "ExactBackupAndRestore",
     "get_mask",
     "layers",
     "LayerwiseBlock",
