@@ -47,7 +47,7 @@ class Config:
     fraction: float = 0.5
     round_to: int = 8
     frameworks: tuple = FRAMEWORKS
-    keras_paths: tuple = ("function", "xla", "predict_on_batch")
+    keras_paths: tuple = ("function", "xla", "predict_on_batch", "tflite")
     torch_paths: tuple = ("eager", "trace")
     batches: tuple = (1, 64)
     rounds: int = 30
@@ -138,6 +138,17 @@ def set_threads(threads, frameworks):
         torch_models.set_torch_threads(intra, inter)
 
 
+def _narrowest(arch):
+    """`arch` with one unit in every prunable group."""
+    if isinstance(arch, structured_models.MLP):
+        return dataclasses.replace(arch, hidden=(1,) * len(arch.hidden))
+    return dataclasses.replace(
+        arch,
+        widths=(1,) * len(arch.widths),
+        inner_widths=(1,) * (len(arch.widths) * arch.blocks),
+    )
+
+
 def _builders(framework):
     """`(build(arch), inference(model, batch, path), paths attribute)` of a framework."""
     if framework == "keras":
@@ -164,7 +175,10 @@ def _time(config, framework, kind):
         for name, arch in (("dense", dense_arch), ("shrunk", shrunk_arch))
     }
     build, inference, paths = _builders(framework)
-    models = {"dense": build(dense_arch), "shrunk": build(shrunk_arch)}
+    # "floor": the smallest network of the kind (one unit or channel per
+    # group), timed alongside: what a call costs whatever the widths.
+    floor = _narrowest(dense_arch)
+    models = {"dense": build(dense_arch), "shrunk": build(shrunk_arch), "floor": build(floor)}
     rows = []
     for path in getattr(config, paths):
         compared = latency.compare(
@@ -184,6 +198,7 @@ def _time(config, framework, kind):
                 "calls_per_round": timed["calls_per_round"],
                 "dense_ms": wall["dense"]["ms"],
                 "shrunk_ms": wall["shrunk"]["ms"],
+                "floor_ms": wall["floor"]["ms"],
                 "ratio": wall["shrunk"]["ratio"],
                 "ratio_of_minima": wall["shrunk"]["ratio_of_minima"],
                 "cpu_ratio": cpu["shrunk"]["ratio"],
@@ -202,16 +217,17 @@ def _time(config, framework, kind):
 def format_table(rows):
     """The rows as a Markdown table."""
     lines = [
-        "| framework | network | path | batch | dense ms | shrunk ms |"
+        "| framework | network | path | batch | dense ms | shrunk ms | floor ms |"
         " shrunk/dense [p10, p90] | ratio of minima | CPU-time ratio |",
-        "|---|---|---|---:|---:|---:|---|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---|---:|---:|",
     ]
     for row in rows:
         ratio = row["ratio"]
         lines.append(
             f"| {row['framework']} | {row['architecture']} | {row['path']} |"
             f" {row['batch']} | {row['dense_ms']['median']:.3f} |"
-            f" {row['shrunk_ms']['median']:.3f} | {ratio['median']:.3f}"
+            f" {row['shrunk_ms']['median']:.3f} | {row['floor_ms']['median']:.3f} |"
+            f" {ratio['median']:.3f}"
             f" [{ratio['p10']:.3f}, {ratio['p90']:.3f}] |"
             f" {row['ratio_of_minima']:.3f} | {row['cpu_ratio']['median']:.3f} |"
         )

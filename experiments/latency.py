@@ -10,7 +10,10 @@ callable of a Keras model by one of `KERAS_PATHS`; the PyTorch one is in
 thread pools, which must happen before TensorFlow runs its first op.
 """
 
+import os
+import tempfile
 import time
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -29,8 +32,12 @@ __all__ = [
 # - "function": a `tf.function` of `model(x, training=False)` (one graph),
 # - "xla": the same with `jit_compile=True`,
 # - "predict_on_batch": Keras's own compiled predict function (one step),
-# - "eager": `model(x, training=False)` op by op.
-KERAS_PATHS = ("function", "xla", "predict_on_batch", "eager")
+# - "eager": `model(x, training=False)` op by op,
+# - "tflite": Keras's LiteRT export (`model.export(format="litert")`,
+#   float32, no quantization) run by `tf.lite.Interpreter` (XNNPACK) with
+#   TensorFlow's intra-op thread count (TensorFlow 2.20+ points to the
+#   `ai-edge-litert` package's interpreter, the same runtime).
+KERAS_PATHS = ("function", "xla", "predict_on_batch", "eager", "tflite")
 
 
 def set_tensorflow_threads(intra_op, inter_op):
@@ -92,6 +99,8 @@ def keras_inference(model, batch, path="function", seed=0):
     if path == "predict_on_batch":
         model.predict_on_batch(x)  # Keras compiles its predict function here.
         return lambda: model.predict_on_batch(x)
+    if path == "tflite":
+        return _tflite_inference(model, x)
     x = tf.constant(x)
     if path == "eager":
         call = lambda: model(x, training=False)  # noqa: E731
@@ -102,6 +111,35 @@ def keras_inference(model, batch, path="function", seed=0):
             reduce_retracing=True,
         )
         call = lambda: function(x)  # noqa: E731
+    call()
+    return call
+
+
+def _tflite_inference(model, x):
+    """A callable running `model` on `x` in the TFLite interpreter (float32).
+
+    The model goes through Keras's own LiteRT export (`model.export(...,
+    format="litert")`, via a SavedModel, weights frozen) for `x`'s shape.
+    """
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "model.tflite")
+        signature = [tf.TensorSpec(x.shape, tf.float32)]
+        model.export(path, format="litert", input_signature=signature, verbose=False)
+        with open(path, "rb") as f:
+            content = f.read()
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # The move to ai-edge-litert.
+        interpreter = tf.lite.Interpreter(model_content=content, num_threads=threads)
+    interpreter.allocate_tensors()
+    (source,) = interpreter.get_input_details()
+    (target,) = interpreter.get_output_details()
+
+    def call():
+        interpreter.set_tensor(source["index"], x)
+        interpreter.invoke()
+        return interpreter.get_tensor(target["index"])
+
     call()
     return call
 
