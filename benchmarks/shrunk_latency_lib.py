@@ -83,6 +83,8 @@ class Config:
                 f" Received: rounds={self.rounds!r},"
                 f" round_seconds={self.round_seconds!r}, batches={self.batches!r}"
             )
+        for kind in self.architectures:  # Raises if a group would keep no unit.
+            structured_models.shrunk(self.architecture(kind), self.fraction, self.round_to)
 
     def architecture(self, kind):
         """The dense `kind` architecture of this config."""
