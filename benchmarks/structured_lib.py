@@ -23,7 +23,9 @@ import importlib
 import json
 import os
 import statistics
+import time
 
+from absl import logging
 import numpy as np
 
 from benchmarks import shrunk_latency_lib
@@ -89,7 +91,7 @@ class Config:
     latency_rounds: int = 20
     round_seconds: float = 0.05
     keras_path: str = "function"
-    torch_path: str = "eager"
+    torch_path: str = "trace"
     jit_compile: bool = False
     threads: tuple = (2, 1)
     max_train_examples: int = 0
@@ -245,8 +247,13 @@ def run(config, workdir):
             arch = config.architecture(kind, name)
             for framework in config.frameworks:
                 arm = importlib.import_module(ARMS[framework])
+                start = time.perf_counter()
                 arm_runs, arm_latency = arm.run_arm(
                     arch, data, config.fractions, config.budget, config.seeds, config
+                )
+                logging.info(
+                    "%s %s %s: %d runs in %.0f s", name, kind, framework,
+                    len(arm_runs), time.perf_counter() - start,
                 )
                 where = {"dataset": name, "architecture": kind, "framework": framework}
                 runs.extend(dict(r, **where) for r in arm_runs)
