@@ -5,7 +5,7 @@ whole budget (`budget.total_epochs`, the batches and optimizer every arm
 uses), per seed, and records its parameters and MACs
 (`experiments.model_cost`) and test accuracy as fraction 0. For latency it
 times the trained seed-0 model against Keras models of the shrunk shapes
-(`structured_models.shrunk`, the widths Torch-Pruning leaves at each
+(`structured_widths.shrunk`, the widths Torch-Pruning leaves at each
 fraction): a pruned-and-shrunk Keras model of those shapes runs the same
 kernels, so these ratios are what any Keras pruning that follows the same
 width rule gets at inference.
@@ -16,6 +16,7 @@ import keras
 from experiments import latency
 from experiments import model_cost
 from experiments import structured_models
+from experiments import structured_widths
 from experiments import structured_train
 
 __all__ = ["run_arm"]
@@ -58,7 +59,7 @@ def run_arm(arch, data, fractions, budget, seeds, settings):
             timed["dense"] = model
     for fraction in fractions:
         if fraction:
-            shrunk = structured_models.shrunk(arch, fraction, settings.round_to)
+            shrunk = structured_widths.shrunk(arch, fraction, settings.round_to)
             timed[str(fraction)] = structured_models.keras_model(shrunk, seed=0)
     latency_rows = latency.compare(
         timed,

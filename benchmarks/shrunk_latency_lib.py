@@ -3,7 +3,7 @@
 What issue 23's latency criteria rest on, measured without any pruning
 library: the MLP and the ResNet of `experiments.structured_models` are built
 dense and with a `fraction` of every unit group removed
-(`structured_models.shrunk`, the widths Torch-Pruning leaves), in Keras and
+(`structured_widths.shrunk`, the widths Torch-Pruning leaves), in Keras and
 (with `torch` installed) in PyTorch, and timed side by side by every
 inference path of each framework (`latency.KERAS_PATHS`,
 `torch_models.TORCH_PATHS`) at each batch size. A row per (framework,
@@ -24,6 +24,7 @@ import tensorflow as tf
 from experiments import latency
 from experiments import model_cost
 from experiments import structured_models
+from experiments import structured_widths
 
 __all__ = ["Config", "format_table", "machine", "run"]
 
@@ -84,7 +85,7 @@ class Config:
                 f" round_seconds={self.round_seconds!r}, batches={self.batches!r}"
             )
         for kind in self.architectures:  # Raises if a group would keep no unit.
-            structured_models.shrunk(self.architecture(kind), self.fraction, self.round_to)
+            structured_widths.shrunk(self.architecture(kind), self.fraction, self.round_to)
 
     def architecture(self, kind):
         """The dense `kind` architecture of this config."""
@@ -171,7 +172,7 @@ def _builders(framework):
 def _time(config, framework, kind):
     """Rows of one framework and architecture: every path and batch size."""
     dense_arch = config.architecture(kind)
-    shrunk_arch = structured_models.shrunk(dense_arch, config.fraction, config.round_to)
+    shrunk_arch = structured_widths.shrunk(dense_arch, config.fraction, config.round_to)
     costs = {
         name: model_cost.count(structured_models.keras_model(arch))
         for name, arch in (("dense", dense_arch), ("shrunk", shrunk_arch))
@@ -247,7 +248,7 @@ def _sizes(config):
     lines.append("|---|---:|---:|---:|---:|")
     for kind in config.architectures:
         dense = config.architecture(kind)
-        shrunk = structured_models.shrunk(dense, config.fraction, config.round_to)
+        shrunk = structured_widths.shrunk(dense, config.fraction, config.round_to)
         d = model_cost.count(structured_models.keras_model(dense))
         s = model_cost.count(structured_models.keras_model(shrunk))
         lines.append(

@@ -31,6 +31,7 @@ import numpy as np
 from benchmarks import shrunk_latency_lib
 from experiments import datasets
 from experiments import structured_models
+from experiments import structured_widths
 from experiments import structured_train
 
 __all__ = ["ARMS", "Config", "format_markdown", "run", "summarize"]
@@ -127,7 +128,7 @@ class Config:
                 arch = self.architecture(kind, name)
                 for fraction in self.fractions:
                     if fraction:
-                        structured_models.shrunk(arch, fraction, self.round_to)
+                        structured_widths.shrunk(arch, fraction, self.round_to)
 
     @property
     def budget(self):
@@ -155,7 +156,9 @@ def _load(config, name):
     data = datasets.load(name)
     if config.max_train_examples:
         keep = config.max_train_examples
-        data = dataclasses.replace(data, x_train=data.x_train[:keep], y_train=data.y_train[:keep])
+        data = dataclasses.replace(
+            data, x_train=data.x_train[:keep], y_train=data.y_train[:keep]
+        )
     return data
 
 
@@ -172,9 +175,11 @@ def _spread(values):
 def summarize(runs, latency_rows):
     """One row per (dataset, architecture, framework, fraction) over seeds."""
     rows = []
-    keys = sorted({(r["dataset"], r["architecture"], r["framework"], r["fraction"]) for r in runs})
-    for key in keys:
-        group = [r for r in runs if (r["dataset"], r["architecture"], r["framework"], r["fraction"]) == key]
+    def key_of(record, fields=("dataset", "architecture", "framework", "fraction")):
+        return tuple(record[field] for field in fields)
+
+    for key in sorted({key_of(r) for r in runs}):
+        group = [r for r in runs if key_of(r) == key]
         first = group[0]
         row = dict(zip(("dataset", "architecture", "framework", "fraction"), key))
         row.update(
@@ -194,7 +199,8 @@ def summarize(runs, latency_rows):
             )
         contender = str(key[3]) if key[3] else None
         for timed in latency_rows:
-            if contender and (timed["dataset"], timed["architecture"], timed["framework"]) == key[:3]:
+            where = key_of(timed, ("dataset", "architecture", "framework"))
+            if contender and where == key[:3]:
                 wall = timed["wall"][contender]
                 row[f"latency_ratio_b{timed['batch']}"] = wall["ratio"]["median"]
                 row[f"latency_ratio_b{timed['batch']}_p10_p90"] = [

@@ -1,4 +1,4 @@
-"""Structured pruning side by side with Torch-Pruning: `python -m benchmarks.structured_vs_torch_pruning`.
+"""Structured pruning beside Torch-Pruning: `python -m benchmarks.structured_vs_torch_pruning`.
 
 Needs the `structured-peer` extra for the torch arm (CPU torch and
 torch-pruning; see docs/structured_pruning_benchmark.md for the install).
@@ -73,7 +73,9 @@ for _field in dataclasses.fields(structured_lib.Config):
         _FLAGS[_field.name] = flags.DEFINE_float(_field.name, _default, _help)
     else:
         _FLAGS[_field.name] = flags.DEFINE_string(_field.name, _default, _help)
-_WORKDIR = flags.DEFINE_string("workdir", "runs/structured_vs_torch_pruning", "Where to write.")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", "runs/structured_vs_torch_pruning", "Where to write."
+)
 
 
 def _values():

@@ -4,7 +4,7 @@ Needs `torch` and `torch-pruning` (the `structured-peer` extra). For each
 seed: train the PyTorch network (`torch_models`) dense for `budget.epochs`;
 then, from a copy of it for each fraction, prune with Torch-Pruning's
 `MetaPruner` (DepGraph) and `MagnitudeImportance(p=...)` (local pruning:
-each coupled group keeps `structured_models.pruned_width` of its units,
+each coupled group keeps `structured_widths.pruned_width` of its units,
 rounded to `round_to`; the logits are left whole), in `budget.prune_steps`
 steps at `structured_train.pruning_steps`, training on, then fine-tune. A
 fraction of 0 trains the copy on without pruning (the dense model with the
@@ -27,6 +27,7 @@ from benchmarks import torch_models
 from benchmarks import torch_train
 from experiments import latency
 from experiments import structured_models
+from experiments import structured_widths
 from experiments import structured_train
 
 __all__ = ["run_arm"]
@@ -42,7 +43,7 @@ def _shapes(model):
 
 
 def _prune_and_finetune(dense, data, budget, seed, fraction, settings):
-    """Prunes a copy of the trained `dense` to `fraction` and fine-tunes it; returns a record."""
+    """Prunes a copy of the trained `dense` to `fraction`, fine-tunes it: `(model, record)`."""
     model = copy.deepcopy(dense)
     per_epoch = structured_train.steps_per_epoch(len(data.x_train), budget)
     trainer = torch_train.Trainer(model, data, budget, seed)
@@ -115,7 +116,9 @@ def run_arm(arch, data, fractions, budget, seeds, settings):
         for fraction in fractions:
             model, record = _prune_and_finetune(dense, data, budget, seed, fraction, settings)
             params, macs = _costs(model, arch.features)
-            expected = structured_models.shrunk(arch, fraction, settings.round_to) if fraction else arch
+            expected = arch
+            if fraction:
+                expected = structured_widths.shrunk(arch, fraction, settings.round_to)
             record.update(
                 framework="torch",
                 seed=seed,

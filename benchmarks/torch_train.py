@@ -57,7 +57,7 @@ class Trainer:
         self.optimizer = torch_optimizer(self.budget, self.model.parameters())
 
     def fit(self, first_epoch, last_epoch, before_step=None):
-        """Trains epochs `[first_epoch, last_epoch)`; `before_step(step)` runs first each step."""
+        """Trains epochs `[first_epoch, last_epoch)`; `before_step(step)` runs before each."""
         order = structured_train.batches(
             len(self.x), self.budget, self.seed, first_epoch, last_epoch
         )

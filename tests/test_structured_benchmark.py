@@ -17,6 +17,7 @@ from benchmarks import shrunk_latency_lib
 from benchmarks import structured_lib
 from experiments import model_cost
 from experiments import structured_models as sm
+from experiments import structured_widths as widths
 from experiments import structured_train
 
 requires_torch = pytest.mark.skipif(
@@ -120,7 +121,9 @@ _ARCHITECTURES = [
 
 
 @requires_torch
-@pytest.mark.parametrize("arch", _ARCHITECTURES + [sm.shrunk(a, 0.5, 4) for a in _ARCHITECTURES])
+@pytest.mark.parametrize(
+    "arch", _ARCHITECTURES + [widths.shrunk(a, 0.5, 4) for a in _ARCHITECTURES]
+)
 def test_keras_counts_what_torch_pruning_counts(arch):
     import torch
     import torch_pruning as tp
@@ -136,7 +139,11 @@ def test_keras_counts_what_torch_pruning_counts(arch):
 @requires_torch
 @pytest.mark.parametrize(
     "arch",
-    [sm.MLP(64, hidden=(32, 24)), sm.ResNet((8, 8, 1), widths=(8,)), sm.ResNet((40, 1), widths=(8,), blocks=2)],
+    [
+        sm.MLP(64, hidden=(32, 24)),
+        sm.ResNet((8, 8, 1), widths=(8,)),
+        sm.ResNet((40, 1), widths=(8,), blocks=2),
+    ],
 )
 def test_both_frameworks_compute_the_same_network_from_the_same_weights(arch):
     import torch
@@ -195,7 +202,7 @@ def test_torch_pruning_arm_runs_tiny_and_leaves_the_widths_of_the_rule(tmp_path)
         assert run["follows_width_rule"]
         arch = config.architecture(run["architecture"], "digits")
         if run["fraction"]:
-            arch = sm.shrunk(arch, run["fraction"], config.round_to)
+            arch = widths.shrunk(arch, run["fraction"], config.round_to)
             assert len(run["step_seconds"]) == config.prune_steps
             assert run["prune_seconds"] > 0
         # Torch-Pruning's counts of what it left are the Keras counts of the rule's shapes.
