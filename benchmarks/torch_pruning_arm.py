@@ -46,8 +46,7 @@ def _prune_and_finetune(dense, data, budget, seed, fraction, settings):
     """Prunes a copy of the trained `dense` to `fraction`, fine-tunes it: `(model, record)`."""
     model = copy.deepcopy(dense)
     per_epoch = structured_train.steps_per_epoch(len(data.x_train), budget)
-    trainer = torch_train.Trainer(model, data, budget, seed)
-    trainer.step = budget.epochs * per_epoch
+    trainer = torch_train.Trainer(model, data, budget, seed, step=budget.epochs * per_epoch)
     record = {"setup_seconds": 0.0, "step_seconds": []}
     before_step = None
     if fraction:

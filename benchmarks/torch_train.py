@@ -34,6 +34,9 @@ def torch_optimizer(budget, parameters):
 class Trainer:
     """Trains one model on one seed's batches of `data`, epoch range by epoch range.
 
+    `step` is the global step the model is at (the number of steps a
+    continued run has already taken), which `before_step` receives.
+
     Attributes:
       model: the `torch.nn.Module` trained.
       step: global steps done so far.
@@ -41,13 +44,13 @@ class Trainer:
         (not of `before_step`).
     """
 
-    def __init__(self, model, data, budget, seed):
+    def __init__(self, model, data, budget, seed, step=0):
         self.model = model
         self.budget = budget
         self.seed = seed
         self.x = torch.from_numpy(np.ascontiguousarray(data.x_train))
         self.y = torch.from_numpy(data.y_train.astype(np.int64))
-        self.step = 0
+        self.step = step
         self.step_seconds = []
         self.loss = nn.CrossEntropyLoss()
         self.reset_optimizer()
