@@ -42,11 +42,16 @@ def _shapes(model):
     return {name: tuple(value.shape) for name, value in model.state_dict().items()}
 
 
-def _prune_and_finetune(dense, data, budget, seed, fraction, settings):
-    """Prunes a copy of the trained `dense` to `fraction`, fine-tunes it: `(model, record)`."""
+def _prune_and_finetune(dense, optimizer_state, data, budget, seed, fraction, settings):
+    """Prunes a copy of the trained `dense` to `fraction`, fine-tunes it: `(model, record)`.
+
+    The copy's optimizer goes on from the dense run's `optimizer_state`, until
+    the first pruning step makes it anew.
+    """
     model = copy.deepcopy(dense)
     per_epoch = structured_train.steps_per_epoch(len(data.x_train), budget)
     trainer = torch_train.Trainer(model, data, budget, seed, step=budget.epochs * per_epoch)
+    trainer.optimizer.load_state_dict(copy.deepcopy(optimizer_state))
     record = {"setup_seconds": 0.0, "step_seconds": []}
     before_step = None
     if fraction:
@@ -113,7 +118,9 @@ def run_arm(arch, data, fractions, budget, seeds, settings):
         if seed == seeds[0]:
             timed["dense"] = dense
         for fraction in fractions:
-            model, record = _prune_and_finetune(dense, data, budget, seed, fraction, settings)
+            model, record = _prune_and_finetune(
+                dense, trainer.optimizer.state_dict(), data, budget, seed, fraction, settings
+            )
             params, macs = _costs(model, arch.features)
             expected = arch
             if fraction:
