@@ -297,9 +297,9 @@ def _builtin_table():
     return _builtin
 
 
-def builtin_classes():
-    """The Keras layer classes the built-in table covers (coupled or refused)."""
-    return set(_builtin_table())
+def builtin_table():
+    """`{Keras layer class: Coupling}` of the built-in couplings (refusals too)."""
+    return dict(_builtin_table())
 
 
 def coupling_of(layer):

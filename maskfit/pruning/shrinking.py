@@ -147,8 +147,11 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
     if isinstance(model, keras.Sequential):
         start = keras.Input(batch_shape=new_inputs[0].shape, dtype=new_inputs[0].dtype)
         return keras.Sequential([start] + [made[id(l)] for l in model.layers], name=model.name)
+    inputs = keras.tree.pack_sequence_as(model.input, new_inputs)
+    if isinstance(inputs, list) and len(inputs) == 1:
+        inputs = inputs[0]  # called with a tensor, as a list of one it warns
     return keras.Model(
-        keras.tree.pack_sequence_as(model.input, new_inputs),
+        inputs,
         keras.tree.pack_sequence_as(model.output, [mapping[id(t)] for t in outputs]),
         name=model.name,
     )

@@ -189,7 +189,8 @@ def select_units(
       pruning_ratio: the fraction of each group's units to remove, in [0, 1).
       importance: as for `prune_units`; `TaylorImportance` needs `data`.
       data: `(x, y)` arrays, for `TaylorImportance`: its scores are summed
-        over these batches.
+        over these batches, with the gradients training takes
+        (`training=True`; the model's moving statistics are put back after).
       loss: a Keras loss (name or object) for `TaylorImportance`.
       batch_size: the batch size over `data`.
       global_pruning, round_to, min_units, ignored_layers: as for `prune_units`.
@@ -243,17 +244,26 @@ def _taylor_sums(model, variables, importance, data, loss, batch_size):
     loss_fn = keras.losses.get(loss)
     sums = {id(v): tf.Variable(tf.zeros(tuple(v.shape))) for v in variables}
     count = len(keras.tree.flatten(x)[0])
-    for start in range(0, count, batch_size):
-        batch_x = keras.tree.map_structure(lambda a: a[start:start + batch_size], x)
-        batch_y = keras.tree.map_structure(lambda a: a[start:start + batch_size], y)
-        with tf.GradientTape() as tape:
-            value = loss_fn(batch_y, model(batch_x, training=False))
-        gradients = tape.gradient(value, variables)
-        for variable, gradient in zip(variables, gradients):
-            if gradient is not None:
-                sums[id(variable)].assign_add(
-                    importance.accumulate(tf.convert_to_tensor(variable), tf.convert_to_tensor(gradient))
-                )
+    # Gradients as training takes them (training=True: batch statistics),
+    # with the model's state (moving averages) put back after.
+    state = [(v, v.numpy()) for v in model.non_trainable_variables]
+    try:
+        for start in range(0, count, batch_size):
+            batch_x = keras.tree.map_structure(lambda a: a[start:start + batch_size], x)
+            batch_y = keras.tree.map_structure(lambda a: a[start:start + batch_size], y)
+            with tf.GradientTape() as tape:
+                value = loss_fn(batch_y, model(batch_x, training=True))
+            gradients = tape.gradient(value, variables)
+            for variable, gradient in zip(variables, gradients):
+                if gradient is not None:
+                    sums[id(variable)].assign_add(
+                        importance.accumulate(
+                            tf.convert_to_tensor(variable), tf.convert_to_tensor(gradient)
+                        )
+                    )
+    finally:
+        for variable, value in state:
+            variable.assign(value)
     return sums
 
 

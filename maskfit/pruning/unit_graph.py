@@ -149,6 +149,9 @@ class DependencyGraph:
         self._said = collections.defaultdict(list)  # id(layer) -> statements
         self._layers = {}
         self._ignored = _layer_ids(model, ignored_layers)
+        # (call, {id(input tensor): TensorUnits}, [output TensorUnits]) per
+        # layer call walked, nested models' calls included.
+        self.calls = []
         outputs = self._walk(model, None)
         for i, units in enumerate(outputs):
             self.fix(
@@ -312,6 +315,7 @@ class DependencyGraph:
             for tensor, result in zip(call.outputs, made):
                 _check_width(layer, tensor, result)
                 units[id(tensor)] = result
+            self.calls.append((call, {id(t): units[id(t)] for t in call.inputs}, made))
         return [units[id(t)] for t in outputs]
 
     # ----------------------------------------------------------- finishing
@@ -398,7 +402,8 @@ class DependencyGraph:
     def kept_positions(self, ids, kept_atoms):
         """Which positions of `ids` stay, given a bool per atom (`kept_atoms`)."""
         atoms = self.atoms_of(ids)
-        return np.where(atoms >= 0, np.asarray(kept_atoms, bool)[np.maximum(atoms, 0)], True)
+        extended = np.append(np.asarray(kept_atoms, bool), True)
+        return extended[np.where(atoms >= 0, atoms, len(extended) - 1)]
 
     def reasons_of(self, ids):
         """The distinct reasons why nodes among `ids` are fixed, with counts."""

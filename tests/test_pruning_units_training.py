@@ -1,0 +1,237 @@
+"""prune_units in training: removed units are exactly 0 after every step, in every
+mode and under optimizers with history; the schedule's counts; resume; shrink after fit."""
+
+import keras
+import numpy as np
+import pytest
+
+import maskfit
+from maskfit import dropped_entries
+from maskfit import model as model_lib
+from maskfit.pruning import unit_choice
+
+import structured_models as models
+
+pruning = maskfit.pruning
+L = keras.layers
+
+# Prunes in training steps 2, 4, 6 and 8, to half of each group's units.
+SCHEDULE = dict(initial_sparsity=0.0, final_sparsity=0.5, begin_step=0, end_step=8, frequency=2)
+
+OPTIMIZERS = {
+    "adamw": lambda: keras.optimizers.AdamW(0.05, weight_decay=0.2),
+    "sgd_momentum": lambda: keras.optimizers.SGD(0.05, momentum=0.9, weight_decay=0.05),
+    "adam_ema": lambda: keras.optimizers.Adam(
+        0.05, use_ema=True, ema_momentum=0.5, ema_overwrite_frequency=3
+    ),
+}
+
+
+def residual_net():
+    x = keras.Input((4, 4, 2))
+    stem = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(8, 3, padding="same", name="stem")(x)))
+    h = L.Conv2D(8, 3, padding="same", name="block")(stem)
+    h = L.GlobalAveragePooling2D()(L.Add()([stem, h]))
+    h = L.Dense(6, activation="relu", name="dense")(h)
+    return keras.Model(x, L.Dense(3, name="head")(h))
+
+
+def data(count=40, seed=0):
+    rng = np.random.default_rng(seed)
+    return (
+        rng.normal(size=(count, 4, 4, 2)).astype("float32"),
+        rng.normal(size=(count, 3)).astype("float32"),
+    )
+
+
+class RemovedStayZero(keras.callbacks.Callback):
+    """After every step: removed entries +0.0, groups at the schedule's count;
+    with `state`, their optimizer state 0 too."""
+
+    def __init__(self, schedule, state=False):
+        super().__init__()
+        self.schedule, self.state, self.checked = schedule, state, 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.step = int(self.model.optimizer.iterations.numpy()) + 1
+
+    def on_train_batch_end(self, batch, logs=None):
+        variables = model_lib.all_trainable_variables(self.model)
+        for index, keep in model_lib.keep_masks(self.model).items():
+            value = variables[index].numpy()[~keep]
+            np.testing.assert_array_equal(value, 0.0)
+            assert not np.signbit(value).any(), variables[index].path
+            if self.state:
+                for slot in dropped_entries.state_of(self.model.optimizer, variables[index]):
+                    np.testing.assert_array_equal(np.asarray(slot.numpy())[~keep], 0.0)
+        selection = pruning.unit_selection(self.model)
+        done = pruning.pruning_steps(self.schedule, 1, self.step + 1)
+        fraction = done[-1][1] if done else 0.0
+        for group in selection.graph.groups:
+            expected = int(unit_choice.kept_count(int(group.channels.sum()), 1, fraction))
+            assert int(selection.kept[group.atoms].sum()) == expected, (self.step, group)
+        self.checked += 1
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_removed_units_are_exactly_zero_after_every_step(name, mode):
+    schedule = pruning.PolynomialDecay(**SCHEDULE)
+    pruned = pruning.prune_units(residual_net(), schedule)
+    pruned.compile(optimizer=OPTIMIZERS[name](), loss="mse", **mode)
+    x, y = data()
+    check = RemovedStayZero(schedule, state=name != "adam_ema" and not mode.get("jit_compile"))
+
+    pruned.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=[check])
+
+    assert check.checked == 10
+    selection = pruning.unit_selection(pruned)
+    assert set(selection.removed()) == {"stem", "block", "dense"}  # never the head
+    assert len(selection.removed()["stem"]["units"]) == 4
+    # fit copies EMA averages in at its end: removed entries stay 0.
+    variables = model_lib.all_trainable_variables(pruned)
+    for index, keep in model_lib.keep_masks(pruned).items():
+        np.testing.assert_array_equal(variables[index].numpy()[~keep], 0.0)
+    # What was trained is what shrink keeps.
+    small = pruning.shrink(pruned)
+    np.testing.assert_allclose(
+        np.asarray(small(x, training=False)), np.asarray(pruned(x, training=False)),
+        rtol=1e-5, atol=1e-5,
+    )
+    assert small.get_layer("stem").filters == 4 and small.get_layer("dense").units == 3
+
+
+def test_resuming_mid_schedule_gives_the_weights_of_an_uninterrupted_run(tmp_path):
+    x, y = data(32)
+
+    def start():
+        keras.utils.set_random_seed(7)
+        pruned = pruning.prune_units(residual_net(), pruning.PolynomialDecay(**SCHEDULE))
+        pruned.compile(optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.1), loss="mse")
+        return pruned
+
+    whole = start()
+    whole.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+
+    first = start()
+    first.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)  # steps 1-8
+    path = str(tmp_path / "half.keras")
+    first.save(path)
+    resumed = keras.saving.load_model(path)
+    resumed.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+
+    for a, b in zip(whole.get_weights(), resumed.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert pruning.unit_selection(resumed).removed() == pruning.unit_selection(whole).removed()
+
+
+def test_resuming_between_two_updates_with_backup_and_restore(tmp_path):
+    x, y = data(32)
+    schedule = dict(SCHEDULE, end_step=14, frequency=3)
+
+    def run(callbacks=(), epochs=3, model=None):
+        keras.utils.set_random_seed(3)
+        pruned = pruning.prune_units(residual_net(), pruning.PolynomialDecay(**schedule))
+        pruned.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+        pruned.fit(x, y, batch_size=4, epochs=epochs, shuffle=False, verbose=0,
+                   callbacks=list(callbacks))
+        return pruned
+
+    whole = run()
+
+    class Stop(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 0:
+                raise KeyboardInterrupt
+
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    with pytest.raises(KeyboardInterrupt):
+        run([backup, Stop()])
+    resumed = run([keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))])
+
+    for a, b in zip(whole.get_weights(), resumed.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_counts_per_group_follow_torch_pruning_with_round_to():
+    # Torch-Pruning: kept = int(C * (1 - ratio)), rounded down to round_to.
+    for channels in (7, 16, 33, 64, 1024):
+        for ratio in (0.1, 0.25, 0.3, 0.5, 0.7, 0.75, 0.9):
+            for round_to in (None, 4, 8):
+                kept = int(channels * (1 - ratio))
+                if round_to and kept < channels:
+                    kept -= kept % round_to
+                kept = max(kept, round_to or 1) if kept < channels else kept
+                got = int(unit_choice.kept_count(channels, 1, ratio, round_to))
+                assert got == min(kept, channels), (channels, ratio, round_to)
+    assert int(unit_choice.kept_count(12, 1, 0.0, 8)) == 12  # nothing removed, no rounding
+    assert int(unit_choice.kept_count(64, 1, 0.99, None, min_units=3)) == 3
+
+
+def test_round_to_and_global_pruning_in_select_units():
+    x = keras.Input((5,))
+    h = L.Dense(40, activation="relu", name="wide")(x)
+    h = L.Dense(12, activation="relu", name="narrow")(h)
+    model = models.functional(x, L.Dense(2, name="head")(h))
+
+    local = pruning.select_units(model, 0.5, round_to=8)
+    assert {k: len(v["units"]) for k, v in local.removed().items()} == {"wide": 24, "narrow": 12 - 8}
+
+    # Globally, half of all 52 units go, the least important first (scores
+    # divided by their group's mean), and each group keeps at least one.
+    model.get_layer("narrow").kernel.assign(model.get_layer("narrow").kernel * 0.01)
+    global_ = pruning.select_units(model, 0.5, global_pruning=True)
+    removed = {k: len(v["units"]) for k, v in global_.removed().items()}
+    assert sum(removed.values()) == 26
+
+
+def test_one_shot_on_a_trained_model_then_fine_tuning():
+    model = residual_net()
+    x, y = data()
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(x, y, epochs=2, verbose=0)
+    expected = pruning.select_units(model, 0.5).removed()
+
+    # One update, before the first step, from the trained weights.
+    once = pruning.ConstantSparsity(0.5, begin_step=1, end_step=1, frequency=1)
+    pruned = pruning.prune_units(model, once)
+    pruned.compile(optimizer=keras.optimizers.AdamW(0.01, weight_decay=0.1), loss="mse")
+    check = RemovedStayZero(once)
+    pruned.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[check])
+
+    assert pruning.unit_selection(pruned).removed() == expected
+    assert check.checked == 10
+
+
+def test_taylor_importance_sums_weight_times_gradient_over_the_steps():
+    # With a learning rate of 0 the weights do not move, so the gradual rule's
+    # sum over steps 1-3 (the update in step 4 comes before its gradients)
+    # equals select_units' sum over the same three batches.
+    keras.utils.set_random_seed(5)
+    model = residual_net()
+    models.randomize(model, seed=2)
+    x, y = data(16)
+    expected = pruning.select_units(
+        model, 0.5, importance="taylor", data=(x[:12], y[:12]), loss="mse", batch_size=4
+    ).removed()
+    schedule = pruning.ConstantSparsity(0.5, begin_step=4, end_step=4, frequency=1)
+    pruned = pruning.prune_units(model, schedule, importance=pruning.TaylorImportance())
+    pruned.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+    pruned.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+
+    assert pruning.unit_selection(pruned).removed() == expected
+
+
+def test_units_a_mask_freezes_are_kept():
+    model = residual_net()
+    maskfit.set_mask(model.get_layer("dense"), maskfit.OutputMask([0, 1, 1, 1, 1, 0]))
+    frozen = model.get_layer("dense").kernel.numpy()[:, [0, 5]].copy()
+    pruned = pruning.prune_units(model, pruning.ConstantSparsity(0.5, 1, 1, frequency=1))
+    pruned.compile(optimizer=keras.optimizers.AdamW(0.05), loss="mse")
+    x, y = data()
+    pruned.fit(x, y, batch_size=8, epochs=1, verbose=0)
+
+    removed = pruning.unit_selection(pruned).removed()
+    assert not {0, 5} & set(removed["dense"]["units"])
+    np.testing.assert_array_equal(model.get_layer("dense").kernel.numpy()[:, [0, 5]], frozen)
+    # The frozen units' columns read every stem channel: those stay too.
+    assert "stem" not in removed
