@@ -198,9 +198,9 @@ class UnitCoupling(Coupling):
         self.input_axis = int(input_axis)
 
     def couple(self, call, graph):
-        from maskfit.pruning import couplings_keras as kinds
+        from maskfit.pruning import coupling_parts as kinds
         from maskfit.pruning import declared_check
-        from maskfit.pruning.unit_graph import TensorUnits
+        from maskfit.pruning.unit_nodes import TensorUnits
 
         layer = call.layer
         source = call.inputs[0] if call.inputs else None

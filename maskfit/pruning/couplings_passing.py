@@ -18,7 +18,7 @@ from maskfit.keras_layers import LAYERS as L
 from maskfit.pruning import channel_map
 from maskfit.pruning.couplings import Coupling
 from maskfit.pruning.couplings import Refused
-from maskfit.pruning.unit_graph import TensorUnits
+from maskfit.pruning.unit_nodes import TensorUnits
 
 __all__ = ["TABLE"]
 

@@ -22,11 +22,11 @@ from maskfit.keras_layers import LAYERS as L
 from maskfit.pruning import couplings as couplings_lib
 from maskfit.pruning.couplings import Coupling
 from maskfit.pruning.couplings import Refused
-from maskfit.pruning.couplings_keras import check_own
-from maskfit.pruning.couplings_keras import no_units
-from maskfit.pruning.couplings_keras import read_units
-from maskfit.pruning.couplings_keras import variable
-from maskfit.pruning.unit_graph import TensorUnits
+from maskfit.pruning.coupling_parts import check_own
+from maskfit.pruning.coupling_parts import no_units
+from maskfit.pruning.coupling_parts import read_units
+from maskfit.pruning.coupling_parts import variable
+from maskfit.pruning.unit_nodes import TensorUnits
 
 __all__ = ["TABLE"]
 
