@@ -222,6 +222,19 @@ def moving_layers():
     return functional(x, L.Dense(2, name="head")(h)), _x((2, 6, 6, 2))
 
 
+def channels_first():
+    """Units on axis 1 (TensorFlow runs no channels_first convolution on a CPU)."""
+    x = keras.Input((6, 3))
+    h = L.Dense(6, name="dense")(x)
+    h = L.Permute((2, 1))(h)
+    h = L.BatchNormalization(axis=1, name="bn")(h)
+    h = L.MaxPooling1D(2, data_format="channels_first")(h)
+    h = L.ZeroPadding1D(1)(L.Permute((2, 1))(h))
+    h = L.Permute((2, 1))(h)
+    h = L.GlobalAveragePooling1D(data_format="channels_first")(h)
+    return functional(x, L.Dense(2, name="head")(h)), _x((3, 6, 3))
+
+
 def embedding():
     x = keras.Input((5,), dtype="int32")
     h = L.Embedding(20, 6, name="embedding")(x)
@@ -362,6 +375,7 @@ MODELS = {
     "concat_convs": concat_convs,
     "flatten_after_conv": flatten_after_conv(),
     "moving_layers": moving_layers,
+    "channels_first": channels_first,
     "embedding": embedding,
     "attention": attention,
     "attention_residual": attention_residual,

@@ -76,7 +76,10 @@ def propagate(layer, call, source):
       clause for `explain`).
     """
     in_shape = call.input_shape(0)
-    positions = channel_positions(layer, in_shape, source.axis, len(source.ids))
+    try:
+        positions = channel_positions(layer, in_shape, source.axis, len(source.ids))
+    except Exception as error:  # noqa: BLE001 - a layer that cannot run keeps the units
+        return None, f"could not be run on channel numbers ({type(error).__name__}: {error})"
     if positions is None:
         return None, "does not keep channels apart when run on channel numbers"
     out_shape = call.output_shape(0)
