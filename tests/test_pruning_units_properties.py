@@ -78,7 +78,7 @@ def build(ops, head, two_outputs):
 
 
 @settings(
-    max_examples=20,
+    max_examples=12,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

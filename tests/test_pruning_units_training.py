@@ -18,20 +18,22 @@ L = keras.layers
 # Prunes in training steps 2, 4, 6 and 8, to half of each group's units.
 SCHEDULE = dict(initial_sparsity=0.0, final_sparsity=0.5, begin_step=0, end_step=8, frequency=2)
 
+# Each with EMA, overwritten every 3 steps (the averages carry history too).
+_EMA = dict(use_ema=True, ema_momentum=0.5, ema_overwrite_frequency=3)
 OPTIMIZERS = {
-    "adamw": lambda: keras.optimizers.AdamW(0.05, weight_decay=0.2),
-    "sgd_momentum": lambda: keras.optimizers.SGD(0.05, momentum=0.9, weight_decay=0.05),
-    "adam_ema": lambda: keras.optimizers.Adam(
-        0.05, use_ema=True, ema_momentum=0.5, ema_overwrite_frequency=3
+    "adamw_ema": lambda: keras.optimizers.AdamW(0.05, weight_decay=0.2, **_EMA),
+    "sgd_momentum_ema": lambda: keras.optimizers.SGD(
+        0.05, momentum=0.9, weight_decay=0.05, **_EMA
     ),
 }
 
 
 def residual_net():
-    x = keras.Input((4, 4, 2))
-    stem = L.ReLU()(L.BatchNormalization(name="bn")(L.Conv2D(8, 3, padding="same", name="stem")(x)))
-    h = L.Conv2D(8, 3, padding="same", name="block")(stem)
-    h = L.GlobalAveragePooling2D()(L.Add()([stem, h]))
+    """A residual block with batch norm (dense, so that XLA compiles it fast)."""
+    x = keras.Input((5,))
+    stem = L.ReLU()(L.BatchNormalization(name="bn")(L.Dense(8, name="stem")(x)))
+    h = L.Dense(8, name="block")(stem)
+    h = L.Add()([stem, h])
     h = L.Dense(6, activation="relu", name="dense")(h)
     return keras.Model(x, L.Dense(3, name="head")(h))
 
@@ -39,7 +41,7 @@ def residual_net():
 def data(count=40, seed=0):
     rng = np.random.default_rng(seed)
     return (
-        rng.normal(size=(count, 4, 4, 2)).astype("float32"),
+        rng.normal(size=(count, 5)).astype("float32"),
         rng.normal(size=(count, 3)).astype("float32"),
     )
 
@@ -79,7 +81,7 @@ def test_removed_units_are_exactly_zero_after_every_step(name, mode):
     pruned = pruning.prune_units(residual_net(), schedule)
     pruned.compile(optimizer=OPTIMIZERS[name](), loss="mse", **mode)
     x, y = data()
-    check = RemovedStayZero(schedule, state=name != "adam_ema" and not mode.get("jit_compile"))
+    check = RemovedStayZero(schedule, state=not mode.get("jit_compile"))
 
     pruned.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=[check])
 
@@ -97,15 +99,16 @@ def test_removed_units_are_exactly_zero_after_every_step(name, mode):
         np.asarray(small(x, training=False)), np.asarray(pruned(x, training=False)),
         rtol=1e-5, atol=1e-5,
     )
-    assert small.get_layer("stem").filters == 4 and small.get_layer("dense").units == 3
+    assert small.get_layer("stem").units == 4 and small.get_layer("dense").units == 3
 
 
 def test_resuming_mid_schedule_gives_the_weights_of_an_uninterrupted_run(tmp_path):
     x, y = data(32)
+    schedule = dict(SCHEDULE, end_step=12)  # prunes in steps 2, 4, ..., 12
 
     def start():
         keras.utils.set_random_seed(7)
-        pruned = pruning.prune_units(residual_net(), pruning.PolynomialDecay(**SCHEDULE))
+        pruned = pruning.prune_units(residual_net(), pruning.PolynomialDecay(**schedule))
         pruned.compile(optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.1), loss="mse")
         return pruned
 
@@ -114,6 +117,8 @@ def test_resuming_mid_schedule_gives_the_weights_of_an_uninterrupted_run(tmp_pat
 
     first = start()
     first.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)  # steps 1-8
+    assert pruning.pruning_steps(pruning.PolynomialDecay(**schedule), 9, 16)  # more to come
+    assert pruning.unit_selection(first).removed()
     path = str(tmp_path / "half.keras")
     first.save(path)
     resumed = keras.saving.load_model(path)
@@ -122,34 +127,6 @@ def test_resuming_mid_schedule_gives_the_weights_of_an_uninterrupted_run(tmp_pat
     for a, b in zip(whole.get_weights(), resumed.get_weights()):
         np.testing.assert_array_equal(a, b)
     assert pruning.unit_selection(resumed).removed() == pruning.unit_selection(whole).removed()
-
-
-def test_resuming_between_two_updates_with_backup_and_restore(tmp_path):
-    x, y = data(32)
-    schedule = dict(SCHEDULE, end_step=14, frequency=3)
-
-    def run(callbacks=(), epochs=3, model=None):
-        keras.utils.set_random_seed(3)
-        pruned = pruning.prune_units(residual_net(), pruning.PolynomialDecay(**schedule))
-        pruned.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
-        pruned.fit(x, y, batch_size=4, epochs=epochs, shuffle=False, verbose=0,
-                   callbacks=list(callbacks))
-        return pruned
-
-    whole = run()
-
-    class Stop(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            if epoch == 0:
-                raise KeyboardInterrupt
-
-    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
-    with pytest.raises(KeyboardInterrupt):
-        run([backup, Stop()])
-    resumed = run([keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))])
-
-    for a, b in zip(whole.get_weights(), resumed.get_weights()):
-        np.testing.assert_array_equal(a, b)
 
 
 def test_counts_per_group_follow_torch_pruning_with_round_to():
