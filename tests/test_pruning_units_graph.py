@@ -48,6 +48,16 @@ def test_output_units_and_what_is_joined_to_them_stay():
         pruning.UnitSelection.removing(graph, {"head": [1]})
 
 
+def test_removing_units_by_hand_checks_them():
+    model, _ = models.mlp()
+    with pytest.raises(ValueError, match="layer 'hidden' has 8 units, numbered from 0"):
+        pruning.UnitSelection.removing(model, {"hidden": [8]})
+    with pytest.raises(ValueError, match="would remove every unit of layers"):
+        pruning.UnitSelection.removing(model, {"hidden": list(range(8))})
+    with pytest.raises(ValueError, match="has no units of a layer 'nope'"):
+        pruning.UnitSelection.removing(model, {"nope": [0]})
+
+
 def test_a_lambda_on_a_pruned_path_keeps_the_units_it_reads():
     x = keras.Input((4,))
     h = L.Dense(6, name="hidden")(x)

@@ -132,12 +132,18 @@ class UnitSelection(NamedTuple):
                     None,
                 )
                 if space is None:
+                    known = any(l.name == name for l in graph._layers.values())
                     raise ValueError(
                         f"UnitSelection.removing: model '{graph.model.name}' has no"
-                        f" {space_name} of a layer '{name}' that can be pruned."
-                        f" {graph.explain(name) if any(l.name == name for l in graph._layers.values()) else ''}"
+                        f" {space_name} of a layer '{name}'."
+                        + (f" What it has:\n{graph.explain(name)}" if known else "")
                     )
                 for index in indices:
+                    if not 0 <= int(index) < space.size:
+                        raise ValueError(
+                            f"UnitSelection.removing: layer '{name}' has {space.size}"
+                            f" {space_name}, numbered from 0. Received: {index!r}"
+                        )
                     atom = graph.atoms_of([space.first + int(index)])[0]
                     if atom < 0:
                         reasons = "; ".join(graph.reasons_of([space.first + int(index)]))
@@ -145,6 +151,13 @@ class UnitSelection(NamedTuple):
                             f"Unit {index} of layer '{name}' cannot be removed: {reasons}."
                         )
                     kept[atom] = False
+        for group in graph.groups:
+            if len(group.atoms) and not kept[group.atoms].any():
+                raise ValueError(
+                    f"UnitSelection.removing would remove every unit of layers"
+                    f" {list(group.layers)}, which would leave them without units."
+                    " Keep at least one."
+                )
         return cls(graph, kept)
 
     def removed(self):

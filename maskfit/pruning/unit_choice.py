@@ -128,20 +128,22 @@ def choose(plan, scores, protected, fraction, global_pruning=False, round_to=Non
       scores: a float tensor per atom (higher stays).
       protected: a bool tensor per atom: kept whatever (a `set_mask` freeze).
       fraction: the fraction of each group's channels to remove.
-      global_pruning: rank all groups together, each atom's score divided
-        by its group's mean (Torch-Pruning's `global_pruning=True`); the
-        total removed is `fraction` of all channels.
+      global_pruning: rank all groups of channels together, each atom's
+        score divided by its group's mean (Torch-Pruning's
+        `global_pruning=True`); the total removed is `fraction` of all
+        channels. Heads are ranked within their layer either way.
     """
     keep = tf.zeros([plan.num_atoms], tf.bool)
     removed = None
-    if global_pruning and plan.groups:
-        removed = _global_removed(plan, scores, fraction)
+    ranked = [g for g in plan.groups if g.kind != "heads"]
+    if global_pruning and ranked:
+        removed = _global_removed(plan, ranked, scores, fraction)
     for group in plan.groups:
         atoms = tf.constant(group.atoms, tf.int32)
         per_atom, uniform = _group_constants(group)
         channels = int(group.channels.sum()) if uniform else len(group.atoms)
         step_round = round_to if (group.kind != "heads" and uniform) else None
-        if removed is None:
+        if removed is None or group.kind == "heads":
             share = fraction
         else:
             gone = tf.reduce_sum(tf.cast(tf.gather(removed, atoms), tf.float64))
@@ -156,19 +158,19 @@ def choose(plan, scores, protected, fraction, global_pruning=False, round_to=Non
     return keep
 
 
-def _global_removed(plan, scores, fraction):
-    """Which atoms the global ranking removes: lowest normalized scores first."""
+def _global_removed(plan, groups, scores, fraction):
+    """Which atoms of `groups` the global ranking removes: lowest normalized scores first."""
     normalized = []
     weights = []
-    for group in plan.groups:
+    for group in groups:
         local = tf.gather(scores, tf.constant(group.atoms, tf.int32))
         mean = tf.reduce_mean(local)
         normalized.append(tf.math.divide_no_nan(local, mean))
         weights.append(tf.constant(group.channels, tf.float64))
-    order_atoms = tf.constant(np.concatenate([g.atoms for g in plan.groups]), tf.int32)
+    order_atoms = tf.constant(np.concatenate([g.atoms for g in groups]), tf.int32)
     normalized = tf.concat(normalized, 0)
     weights = tf.concat(weights, 0)
-    total = float(sum(int(g.channels.sum()) for g in plan.groups))
+    total = float(sum(int(g.channels.sum()) for g in groups))
     target = total - tf.floor(total * (1.0 - tf.cast(fraction, tf.float64)) + 1e-6)
     order = tf.argsort(normalized, stable=True)
     cumulative = tf.cumsum(tf.gather(weights, order))
