@@ -212,3 +212,23 @@ def test_units_a_mask_freezes_are_kept():
     np.testing.assert_array_equal(model.get_layer("dense").kernel.numpy()[:, [0, 5]], frozen)
     # The frozen units' columns read every stem channel: those stay too.
     assert "stem" not in removed
+
+
+def test_a_sequential_model_prunes_in_fit_and_shrinks_to_a_sequential():
+    model = keras.Sequential(
+        [keras.Input((5,)), L.Dense(8, activation="relu", name="a"),
+         L.BatchNormalization(name="bn"), L.Dense(6, name="b"), L.Dense(3, name="head")]
+    )
+    pruned = pruning.prune_units(model, pruning.ConstantSparsity(0.5, 1, 1, frequency=1))
+    assert type(pruned) is maskfit.MaskedSequential
+    pruned.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+    x, y = data(16)
+    pruned.fit(x, y, batch_size=4, epochs=1, verbose=0)
+
+    small = pruning.shrink(pruned)
+
+    assert type(small) is keras.Sequential
+    assert [small.get_layer(n).units for n in ("a", "b", "head")] == [4, 3, 3]
+    np.testing.assert_allclose(
+        np.asarray(small(x)), np.asarray(pruned(x)), rtol=1e-5, atol=1e-6
+    )
