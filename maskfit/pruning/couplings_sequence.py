@@ -33,7 +33,7 @@ __all__ = ["TABLE"]
 _GATES = {L.SimpleRNNCell: 1, L.LSTMCell: 4, L.GRUCell: 3}
 
 
-def _rnn_units(graph, layer, source, width):
+def _rnn_units(graph, layer, source):
     """Slices an RNN layer's cell for its units and input; returns its space.
 
     `source` is the units of the input sequence (read along its last axis).
@@ -79,7 +79,7 @@ class Recurrent(Coupling):
         if problem:
             return graph.refuse(layer, call.inputs, problem, call.num_outputs)
         source = call.units[id(call.call.inputs[0])]
-        space = _rnn_units(graph, layer, source, None)
+        space = _rnn_units(graph, layer, source)
         states = call.call.arguments.get("initial_state")
         for tensor in keras.tree.flatten(states) if states is not None else ():
             if isinstance(tensor, keras.KerasTensor):
@@ -115,8 +115,8 @@ class Bidirectional(Coupling):
         if problem:
             return graph.refuse(layer, call.inputs, problem, call.num_outputs)
         source = call.inputs[0]
-        fwd = _rnn_units(graph, forward, source, None).ids
-        bwd = _rnn_units(graph, backward, source, None).ids
+        fwd = _rnn_units(graph, forward, source).ids
+        bwd = _rnn_units(graph, backward, source).ids
         merge = layer.merge_mode
         if merge == "concat":
             main = [TensorUnits(-1, np.concatenate([fwd, bwd]))]
@@ -242,14 +242,16 @@ class KerasAttention(Coupling):
 
     def couple(self, call, graph):
         layer = call.layer
-        inputs = call.call.arguments.get("inputs")
-        units = [call.units[id(t)] for t in inputs]
-        for part in units[:1] + units[2:] + (units[1:2] if len(units) == 2 else []):
+        units = [call.units[id(t)] for t in call.call.arguments.get("inputs")]
+        query, value = units[0], units[1]
+        key = units[2] if len(units) == 3 else value  # the value is the key
+        for part in (query, key):
             graph.fix(part.ids, f"met in dot products by '{layer.name}' (query and key)")
-        made = [units[1] if len(units) == 3 and units[1].axis == -1 else no_units(layer, "mixes")]
-        if len(units) == 3 and units[1].ids is not None and units[1].axis != -1:
-            graph.fix(units[1].ids, f"read by '{layer.name}' along another axis")
-        return made + [no_units(layer, "returns scores")] * (call.num_outputs - 1)
+        if value.ids is not None and value.axis != -1:
+            graph.fix(value.ids, f"read by '{layer.name}' along the last axis")
+            value = no_units(layer, "reads its values along the last axis")
+        scores = [no_units(layer, "returns attention scores")] * (call.num_outputs - 1)
+        return [value] + scores
 
 
 _CELL = "is a recurrent cell; its RNN layer is coupled instead"

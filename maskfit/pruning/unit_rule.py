@@ -105,6 +105,13 @@ class UnitPruning(mask_rules.MaskRule):
             graph = unit_graph.DependencyGraph(model, self.ignored_layers)
             plan = unit_choice.UnitPlan(graph)
             accumulators = {}
+            if self.importance.needs_gradients and tf.distribute.has_strategy():
+                raise ValueError(
+                    f"prune_units on model '{model.name}': {self.importance!r} sums"
+                    " gradients in state of its own, which is not replica-aware, so it"
+                    " cannot run under a tf.distribute strategy. Use"
+                    " MagnitudeImportance there."
+                )
             if self.importance.needs_gradients:
                 with tf.init_scope():
                     for each in plan.variables:
