@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import maskfit
-from maskfit import dropped_entries
+from maskfit.optim import traits as dropped_entries
 from maskfit import model as model_lib
 from maskfit.pruning import unit_choice
 

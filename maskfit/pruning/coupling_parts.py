@@ -3,14 +3,14 @@
 `read_units` gives the unit nodes a layer reads along an axis of its input;
 `own_units` makes the space of units a layer makes and slices its own
 variables; `check_own` checks those slices against the layer's real
-gradients (`maskfit.units.layer_units`, the output-unit self-check);
+gradients (`maskfit.units.layout.layer_units`, the output-unit self-check);
 `declared_units` makes a custom layer's units from its output-unit
 declaration.
 """
 
 import numpy as np
 
-from maskfit import units as units_lib
+from maskfit.units import layout as units_lib
 from maskfit.pruning.unit_nodes import TensorUnits
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 Dense, EinsumDense, Embedding, the convolutions and their transposes make
 units (`Producer`): their own weights' columns, checked against the layer's
-real gradients (`maskfit.units.layer_units`), and the input slices they
+real gradients (`maskfit.units.layout.layer_units`), and the input slices they
 read. Depthwise convolutions pass channels through (a channel and its
 `depth_multiplier` outputs go together); normalizations and PReLU carry
 per-channel parameters. `couplings_passing` has the weightless layers,
@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from maskfit.keras_layers import LAYERS as L
+from maskfit.units.keras_layers import LAYERS as L
 from maskfit.pruning import couplings_passing as passing
 from maskfit.pruning.coupling_parts import no_units
 from maskfit.pruning.coupling_parts import own_units

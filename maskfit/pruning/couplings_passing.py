@@ -14,7 +14,7 @@ unit they read.
 
 import numpy as np
 
-from maskfit.keras_layers import LAYERS as L
+from maskfit.units.keras_layers import LAYERS as L
 from maskfit.pruning import channel_map
 from maskfit.pruning.couplings import Coupling
 from maskfit.pruning.couplings import Refused

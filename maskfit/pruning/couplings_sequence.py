@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 from maskfit import internals
-from maskfit.keras_layers import LAYERS as L
+from maskfit.units.keras_layers import LAYERS as L
 from maskfit.pruning import couplings as couplings_lib
 from maskfit.pruning.couplings import Coupling
 from maskfit.pruning.couplings import Refused

@@ -5,7 +5,7 @@ import copy
 import keras
 import numpy as np
 
-from maskfit import mask_rules
+from maskfit.spec import rules as rules_lib
 from maskfit.pruning import couplings as couplings_lib
 from maskfit.pruning import keras_graph
 from maskfit.pruning import structured as prune_units_lib
@@ -72,7 +72,7 @@ def shrink(model, selection=None):
     """
     prune_units_lib._check_model(model, "shrink")
     if selection is None:
-        if isinstance(mask_rules.get_rule(model), unit_rule.UnitPruning):
+        if isinstance(rules_lib.get_rule(model), unit_rule.UnitPruning):
             selection = prune_units_lib.unit_selection(model)
         else:
             graph = unit_graph.DependencyGraph(model)

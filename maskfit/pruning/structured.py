@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from maskfit import mask_rules
+from maskfit.spec import rules as rules_lib
 from maskfit import model as model_lib
 from maskfit.pruning import keras_graph
 from maskfit.pruning import prune as prune_lib
@@ -79,7 +79,7 @@ def prune_units(
     _check_model(model, "prune_units")
     masked = prune_lib._masked(model)
     rule.plan(masked)
-    mask_rules.set_rule(masked, rule)
+    rules_lib.set_rule(masked, rule)
     return masked
 
 
@@ -289,7 +289,7 @@ def unit_selection(model):
     Raises:
       ValueError: if `model` carries no `UnitPruning` rule.
     """
-    rule = mask_rules.get_rule(model)
+    rule = rules_lib.get_rule(model)
     if not isinstance(rule, unit_rule.UnitPruning):
         raise ValueError(
             f"Model '{model.name}' is not pruned with prune_units (its rule is"

@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from maskfit import internals
-from maskfit import mask_rules
+from maskfit.spec import rules as rules_lib
 from maskfit.pruning import importance as importance_lib
 from maskfit.pruning import schedules
 from maskfit.pruning import unit_choice
@@ -34,7 +34,7 @@ def _check_options(round_to, min_units, ignored_layers, where):
 
 
 @keras.saving.register_keras_serializable(package="maskfit")
-class UnitPruning(mask_rules.MaskRule):
+class UnitPruning(rules_lib.MaskRule):
     """Removes a fraction of the units of every group of a model, on a schedule.
 
     Declared on a functional or Sequential model (`prune_units` does it):
@@ -94,13 +94,13 @@ class UnitPruning(mask_rules.MaskRule):
         entry = self._plans.get(id(model))
         if entry is None or entry[0] != signature:
             for layer in internals.sublayers(model):
-                if mask_rules.get_rule(layer) is not None:
+                if rules_lib.get_rule(layer) is not None:
                     raise ValueError(
                         f"Layer '{layer.name}' of model '{model.name}' has its own mask"
-                        f" rule ({mask_rules.get_rule(layer)!r}), which would take its"
+                        f" rule ({rules_lib.get_rule(layer)!r}), which would take its"
                         " variables from unit pruning and leave removed units"
                         " half cut. Remove it (maskfit.pruning.strip_pruning, or"
-                        " mask_rules.set_rule(layer, None)) before prune_units."
+                        " maskfit.mask_rules.set_rule(layer, None)) before prune_units."
                     )
             graph = unit_graph.DependencyGraph(model, self.ignored_layers)
             plan = unit_choice.UnitPlan(graph)
@@ -143,7 +143,9 @@ class UnitPruning(mask_rules.MaskRule):
         last = self.pruning_schedule.last_pruning_step()
         return None if last is None else int(last) - 1
 
-    def keep_masks(self, step, variables, weights, protected):
+    def keep_masks(self, step, variables, weights, protected, keeps, gradients=None):
+        del keeps, gradients  # a unit, once removed, stays removed: every update
+        # ranks the units of the current weights, where removed ones are 0.
         plan, accumulators = self._entry_for(variables)
         fraction = self.pruning_schedule(self.pruning_step(step))[1]
         return self.masks_for(plan, accumulators, fraction, variables, weights, protected)
@@ -183,10 +185,10 @@ class UnitPruning(mask_rules.MaskRule):
         return masks
 
     def observe_gradients(self, step, variables, gradients):
-        accumulators = self._entry_for(variables)[1]
+        plan, accumulators = self._entry_for(variables)
         last = self.last_update_step()
         for variable, gradient in zip(variables, gradients):
-            accumulator = accumulators.get(id(variable))
+            accumulator = accumulators.get(id(plan.by_id[id(variable)].variable))
             if accumulator is None:
                 continue
 
