@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 
+from maskfit.units import keras_tables
 from maskfit.units.keras_layers import LAYERS as L
 from maskfit.pruning import couplings_passing as passing
 from maskfit.pruning.coupling_parts import no_units
@@ -63,6 +64,7 @@ class Producer(Coupling):
                     graph.slice(layer, var, var_axis, np.repeat(ids, self.repeat(layer, repeat)))
         size = layer.get_config()[self.units_key]
         space = own_units(graph, layer, size, self.own)
+        _avoid_bias_on_last_axis(graph, call, space.ids)
         return [TensorUnits(axis, space.ids)]
 
     def shrink_config(self, layer, config, shrunk):
@@ -72,6 +74,32 @@ class Producer(Coupling):
 
 def _conv_axis(layer):
     return -1 if layer.data_format == "channels_last" else -(layer.rank + 1)
+
+
+def _avoid_bias_on_last_axis(graph, call, ids):
+    """Keeps a channels_first conv from as many channels as its output's last dimension.
+
+    Keras's TensorFlow backend (3.15 and others: `keras_tables` checks it by
+    running it) adds such a layer's bias along the last axis when that axis
+    is as long as the channels: a smaller model with that many channels
+    would compute something else. Where the length is unknown, the units
+    stay.
+    """
+    layer = call.layer
+    if getattr(layer, "data_format", None) != "channels_first" or not layer.use_bias:
+        return
+    if not keras_tables._adds_channels_first_bias_on_last_axis():
+        return
+    width = call.output_shape(0)[-1]
+    reason = (
+        f"'{layer.name}' is a channels_first convolution with a bias, which this"
+        " Keras version adds along the last axis when that axis is as long as"
+        " the channels"
+    )
+    if width is None:
+        graph.fix(ids, reason + " (its output's last dimension is unknown)")
+    elif width > 1:
+        graph.avoid(layer, ids, width, reason + f" ({width})")
 
 
 class Depthwise(Coupling):
@@ -84,6 +112,7 @@ class Depthwise(Coupling):
         if ids is None:
             return [no_units(layer, "has an input of unknown channels")]
         repeated = np.repeat(ids, layer.depth_multiplier)
+        _avoid_bias_on_last_axis(graph, call, repeated)
         graph.slice(layer, variable(layer, "kernel"), -2, ids)
         if variable(layer, "bias") is not None:
             graph.slice(layer, variable(layer, "bias"), 0, repeated, scored=False)

@@ -21,6 +21,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from maskfit.units import probe
+
 __all__ = ["check", "depends_on_channel"]
 
 _CHANNELS = 6
@@ -34,11 +36,25 @@ def _sample(shape, rng):
 
 
 def _call(layer, x, mapping):
+    """`layer(x)` with the weights of `mapping`, under XLA where TensorFlow runs it only so.
+
+    (A channels_first convolution, on CPUs without oneDNN's NCHW kernels:
+    as `maskfit.units.probe` runs it.)
+    """
     kwargs = {}
     if "training" in inspect.signature(layer.call).parameters:
         kwargs["training"] = False
-    with keras.StatelessScope(state_mapping=mapping):
-        return layer(x, **kwargs)
+
+    def run():
+        with keras.StatelessScope(state_mapping=mapping):
+            return layer(x, **kwargs)
+
+    try:
+        return run()
+    except (tf.errors.UnimplementedError, tf.errors.InvalidArgumentError) as error:
+        if not probe.runs_only_under_xla(error):
+            raise
+        return tf.function(run, jit_compile=True, autograph=False)()
 
 
 def depends_on_channel(layer, shape, axis, channel, zeroed=(), out_channel=None, seed=0):

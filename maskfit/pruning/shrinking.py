@@ -82,6 +82,11 @@ def shrink(model, selection=None):
             f"shrink: the selection was made for model '{selection.graph.model.name}',"
             f" not for '{model.name}'. Select the units of the model you shrink."
         )
+    problems = selection.graph.avoided_counts(selection.kept)
+    if problems:
+        raise ValueError(
+            f"shrink: {problems[0]}. Choose one unit more or fewer for that layer."
+        )
     shrunk = _Shrunk(selection.graph, selection.kept)
     pairs = []
     small = _rebuild(model, None, shrunk, pairs, {})

@@ -158,6 +158,11 @@ class UnitSelection(NamedTuple):
                     f" {list(group.layers)}, which would leave them without units."
                     " Keep at least one."
                 )
+        problems = graph.avoided_counts(kept)
+        if problems:
+            raise ValueError(
+                f"UnitSelection.removing: {problems[0]}. Remove one unit more or fewer."
+            )
         return cls(graph, kept)
 
     def removed(self):
@@ -266,6 +271,7 @@ def _taylor_sums(model, variables, importance, data, loss, batch_size):
             batch_y = keras.tree.map_structure(lambda a: a[start:start + batch_size], y)
             with tf.GradientTape() as tape:
                 value = loss_fn(batch_y, model(batch_x, training=True))
+                value += sum(model.losses)  # regularizers, as fit adds them
             gradients = tape.gradient(value, variables)
             for variable, gradient in zip(variables, gradients):
                 if gradient is not None:

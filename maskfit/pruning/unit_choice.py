@@ -13,7 +13,10 @@ group's units is removed, counted in channels of one layer (not in
 parameters): `floor(C * (1 - s))` stay, rounded down to a multiple of
 `round_to` when anything is removed, and at least `min_units` (rounded up
 to `round_to`). A GroupNormalization group counts as its channels, and
-is kept or removed whole.
+is kept or removed whole. A count that a layer of the group would compute
+wrongly with (`UnitGroup.avoid`) is stepped over: one rounding step more
+stays. Atoms removed by an earlier update (`alive_atoms`) rank below all
+others and never come back.
 """
 
 import math
@@ -101,7 +104,7 @@ def kept_count(channels, per_atom, fraction, round_to=None, min_units=1):
     >>> int(unit_choice.kept_count(64, 1, 0.3, round_to=8))
     40
     """
-    step = per_atom if not round_to else per_atom * round_to // math.gcd(per_atom, round_to)
+    step = per_atom * _atom_step(per_atom, round_to)
     whole = tf.constant(channels, tf.float64)
     raw = tf.floor(whole * (1.0 - tf.cast(fraction, tf.float64)) + 1e-6)
     rounded = tf.floor(raw / step) * step
@@ -121,7 +124,16 @@ def _group_constants(group):
     return per_atom, uniform
 
 
-def choose(plan, scores, protected, fraction, global_pruning=False, round_to=None, min_units=1):
+def choose(
+    plan,
+    scores,
+    protected,
+    fraction,
+    global_pruning=False,
+    round_to=None,
+    min_units=1,
+    alive=None,
+):
     """Returns a bool per atom: which stay.
 
     Args:
@@ -132,8 +144,12 @@ def choose(plan, scores, protected, fraction, global_pruning=False, round_to=Non
         score divided by its group's mean (Torch-Pruning's
         `global_pruning=True`); the total removed is `fraction` of all
         channels. Heads are ranked within their layer either way.
+      alive: a bool tensor per atom: False for atoms already removed, which
+        never come back (they rank below every other); all alive if None.
     """
     keep = tf.zeros([plan.num_atoms], tf.bool)
+    if alive is not None:
+        scores = tf.where(alive, scores, tf.constant(-np.inf, scores.dtype))
     removed = None
     ranked = [g for g in plan.groups if g.kind != "heads"]
     if global_pruning and ranked:
@@ -152,10 +168,22 @@ def choose(plan, scores, protected, fraction, global_pruning=False, round_to=Non
         guarded = tf.gather(protected, atoms)
         local = tf.where(guarded, tf.constant(np.inf, scores.dtype), tf.gather(scores, atoms))
         kept = tf.maximum(kept, tf.reduce_sum(tf.cast(guarded, tf.int32)))
+        # Counts a layer of the group would compute wrongly with: one step more.
+        step = _atom_step(per_atom if uniform else 1, step_round)
+        for count in group.avoid:
+            kept = tf.where(kept == count, kept + step, kept)
+        kept = tf.minimum(kept, len(group.atoms))
         # Static shapes (XLA): each atom's place in the ranking, kept if < kept.
         place = tf.argsort(_rank(local), stable=True)
         keep = tf.tensor_scatter_nd_update(keep, atoms[:, None], place < kept)
     return keep
+
+
+def _atom_step(per_atom, round_to):
+    """Atoms per step of `kept_count`'s rounding."""
+    if not round_to:
+        return 1
+    return per_atom * round_to // math.gcd(per_atom, round_to) // per_atom
 
 
 def _global_removed(plan, groups, scores, fraction):
@@ -164,8 +192,12 @@ def _global_removed(plan, groups, scores, fraction):
     weights = []
     for group in groups:
         local = tf.gather(scores, tf.constant(group.atoms, tf.int32))
-        mean = tf.reduce_mean(local)
-        normalized.append(tf.math.divide_no_nan(local, mean))
+        living = tf.math.is_finite(local)  # removed atoms are -inf: they go first
+        mean = tf.math.divide_no_nan(
+            tf.reduce_sum(tf.where(living, local, 0.0)),
+            tf.reduce_sum(tf.cast(living, local.dtype)),
+        )
+        normalized.append(tf.where(living, tf.math.divide_no_nan(local, mean), local))
         weights.append(tf.constant(group.channels, tf.float64))
     order_atoms = tf.constant(np.concatenate([g.atoms for g in groups]), tf.int32)
     normalized = tf.concat(normalized, 0)
@@ -195,6 +227,18 @@ def keep_mask(plan, keep, variable):
         along = tf.reshape(tf.gather(extended, tf.constant(atoms)), shape)
         mask = along if mask is None else tf.logical_and(mask, along)
     return tf.broadcast_to(mask, tuple(variable.shape))
+
+
+def alive_atoms(plan, keeps):
+    """In the step: which atoms are not removed yet, from keep masks `{id(variable): bool}`.
+
+    An atom is removed when none of its entries in `keeps` is kept; atoms
+    without an entry there are alive.
+    """
+    kept = atom_totals(plan, keeps, scored_only=False)
+    ones = {k: tf.ones_like(v, tf.float32) for k, v in keeps.items()}
+    seen = atom_totals(plan, ones, scored_only=False)
+    return tf.logical_or(kept > 0, tf.equal(seen, 0))
 
 
 def kept_atoms_from(plan, keeps):

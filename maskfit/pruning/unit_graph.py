@@ -38,6 +38,8 @@ class UnitGroup(NamedTuple):
       channels: per atom, how many units of one space it holds (1, or a
         GroupNormalization group's channels).
       kind: "units" or "heads" (`round_to` does not apply to heads).
+      avoid: numbers of kept atoms the choice steps over (a layer of the
+        group would compute wrongly with that many channels: `avoid`).
     """
 
     index: int
@@ -45,6 +47,7 @@ class UnitGroup(NamedTuple):
     atoms: np.ndarray
     channels: np.ndarray
     kind: str
+    avoid: tuple = ()
 
     @property
     def layers(self):
@@ -146,6 +149,56 @@ class DependencyGraph(unit_nodes.UnitNodes):
     # ----------------------------------------------------------- finishing
 
     def _finish(self):
+        """Atoms and groups; counts to avoid, per group (fixing what cannot be avoided)."""
+        self._group()
+        while self._avoid_counts():
+            self._group()  # some units were fixed: the atoms changed
+
+    def _avoid_counts(self):
+        """Turns `avoided` positions into kept-atom counts of their group.
+
+        Positions whose kept count is not one group's count (they hold part
+        of a group, or atoms of several) are fixed instead. Returns True if
+        any were.
+        """
+        counts = collections.defaultdict(set)
+        fixed = False
+        for layer, ids, count, reason in self.avoided:
+            atoms = self.atoms_of(ids)
+            removable = atoms[atoms >= 0]
+            if not removable.size:
+                continue
+            numbers = set(self.group_of_atom[removable].tolist())
+            group = self.groups[numbers.pop()] if len(numbers) == 1 else None
+            each = None
+            if group is not None:
+                each = set(np.bincount(removable, minlength=self.num_atoms)[group.atoms].tolist())
+            if group is None or len(each) != 1 or 0 in each:
+                self.fix(
+                    ids,
+                    f"{reason}, and how many of its channels stay is not one group's"
+                    " count, so that number could not be avoided",
+                )
+                fixed = True
+                continue
+            kept, rest = divmod(count - int(np.sum(atoms < 0)), each.pop())
+            if rest == 0 and 0 < kept < len(group.atoms):
+                counts[group.index].add(kept)
+        self.groups = tuple(
+            g._replace(avoid=tuple(sorted(counts.get(g.index, ())))) for g in self.groups
+        )
+        return fixed
+
+    def avoided_counts(self, kept):
+        """Lines naming each layer that `kept` (a bool per atom) leaves with a count it
+        must avoid (`UnitNodes.avoid`); empty if none."""
+        return [
+            f"layer '{layer.name}' would keep {count} channels: {reason}"
+            for layer, ids, count, reason in self.avoided
+            if int(np.sum(self.kept_positions(ids, kept))) == count
+        ]
+
+    def _group(self):
         count = len(self._parent)
         roots = np.array([self._find(n) for n in range(count)], np.int64)
         removable = np.array(

@@ -3,8 +3,9 @@
 `UnitNodes` is the part of `DependencyGraph` that a `Coupling` writes to:
 spaces of unit nodes (`new_space`), which entries of which variables belong
 to which nodes (`slice`), nodes that go together (`join`) and nodes that must
-stay, with the reason (`fix`, `refuse`). `TensorUnits` says which node each
-position of a tensor's unit axis carries.
+stay, with the reason (`fix`, `refuse`), and channel counts a layer must
+not be left with (`avoid`). `TensorUnits` says which node each position of a
+tensor's unit axis carries.
 """
 
 import collections
@@ -71,6 +72,7 @@ class UnitNodes:
       spaces: every `Space` made, in order.
       calls: `(call, {id(input): TensorUnits}, [output TensorUnits])` per
         layer call walked.
+      avoided: `(layer, ids, count, reason)` per `avoid`.
     """
 
     def __init__(self, ignored=frozenset()):
@@ -85,6 +87,7 @@ class UnitNodes:
         self._layers = {}
         self._ignored = ignored
         self.calls = []
+        self.avoided = []
 
     # ------------------------------------------------------------ building
 
@@ -139,6 +142,16 @@ class UnitNodes:
                 reasons = self._reasons[self._find(node)]
                 if reason not in reasons:
                     reasons.append(reason)
+
+    def avoid(self, layer, ids, count, reason):
+        """Records that exactly `count` of the positions `ids` must not stay.
+
+        For a layer that computes wrongly with that many channels (Keras adds
+        a channels_first bias along the wrong axis when the channels equal
+        the output's last dimension): the choice of units steps over that
+        count, and `shrink` refuses a selection that has it.
+        """
+        self.avoided.append((layer, np.asarray(ids, np.int64), int(count), reason))
 
     def slice(self, layer, variable, axis, ids, scored=True, state=False):
         """Records that position `p` along `axis` of `variable` belongs to node `ids[p]`.

@@ -1,11 +1,13 @@
 """`UnitPruning`: the mask rule that removes whole units inside the training step."""
 
 import numbers
+from typing import NamedTuple
 
 import keras
 import tensorflow as tf
 
 from maskfit import internals
+from maskfit import paths
 from maskfit.spec import rules as rules_lib
 from maskfit.pruning import importance as importance_lib
 from maskfit.pruning import schedules
@@ -82,7 +84,7 @@ class UnitPruning(rules_lib.MaskRule):
         self.round_to, self.min_units, self.ignored_layers = _check_options(
             round_to, min_units, ignored_layers, "UnitPruning"
         )
-        self._plans = {}  # id(model) -> (signature, plan, accumulators)
+        self._plans = {}  # id(model) -> _Planned
 
     @property
     def observes_gradients(self):
@@ -90,9 +92,12 @@ class UnitPruning(rules_lib.MaskRule):
 
     def plan(self, model):
         """The `UnitPlan` of `model` (its graph built once, while the model is unchanged)."""
+        return self._planned(model).plan
+
+    def _planned(self, model):
         signature = tuple((id(v), tuple(v.shape)) for v in model.weights)
         entry = self._plans.get(id(model))
-        if entry is None or entry[0] != signature:
+        if entry is None or entry.signature != signature:
             for layer in internals.sublayers(model):
                 if rules_lib.get_rule(layer) is not None:
                     raise ValueError(
@@ -102,36 +107,28 @@ class UnitPruning(rules_lib.MaskRule):
                         " half cut. Remove it (maskfit.pruning.strip_pruning, or"
                         " maskfit.mask_rules.set_rule(layer, None)) before prune_units."
                     )
-            graph = unit_graph.DependencyGraph(model, self.ignored_layers)
-            plan = unit_choice.UnitPlan(graph)
-            accumulators = {}
-            if self.importance.needs_gradients and tf.distribute.has_strategy():
-                raise ValueError(
-                    f"prune_units on model '{model.name}': {self.importance!r} sums"
-                    " gradients in state of its own, which is not replica-aware, so it"
-                    " cannot run under a tf.distribute strategy. Use"
-                    " MagnitudeImportance there."
-                )
-            if self.importance.needs_gradients:
-                with tf.init_scope():
-                    for each in plan.variables:
-                        accumulators[id(each.variable)] = tf.Variable(
-                            tf.zeros(tuple(each.variable.shape), tf.float32),
-                            trainable=False,
-                            name="taylor_" + each.variable.path.replace("/", "_"),
-                        )
-            entry = (signature, plan, accumulators)
+            plan = unit_choice.UnitPlan(unit_graph.DependencyGraph(model, self.ignored_layers))
+            covered = [each.variable for each in plan.variables]
+            sums = _taylor_sums(model, covered) if self.importance.needs_gradients else {}
+            sum_of = dict(zip([id(v) for v in covered], sums.values()))
+            entry = _Planned(signature, plan, sums, sum_of)
             self._plans[id(model)] = entry
-        return entry[1]
+        return entry
 
     def _entry_for(self, variables):
-        for _, plan, accumulators in self._plans.values():
-            if variables and id(variables[0]) in plan.by_id:
-                return plan, accumulators
+        for entry in self._plans.values():
+            if variables and id(variables[0]) in entry.plan.by_id:
+                return entry
         raise ValueError("UnitPruning was asked for keep masks of variables it never planned.")
 
     def variables(self, layer):
         return [each.variable for each in self.plan(layer).variables]
+
+    def state_variables(self, layer):
+        """The Taylor sums since the last update (none for other importances), by
+        variable key: saved with the model, so a resumed run ranks as an
+        uninterrupted one."""
+        return dict(self._planned(layer).sums)
 
     def pruning_step(self, step):
         return tf.cast(step, tf.int64) + 1
@@ -144,17 +141,26 @@ class UnitPruning(rules_lib.MaskRule):
         return None if last is None else int(last) - 1
 
     def keep_masks(self, step, variables, weights, protected, keeps, gradients=None):
-        del keeps, gradients  # a unit, once removed, stays removed: every update
-        # ranks the units of the current weights, where removed ones are 0.
-        plan, accumulators = self._entry_for(variables)
+        del gradients  # Taylor scores come from `observe_gradients`, summed.
+        entry = self._entry_for(variables)
         fraction = self.pruning_schedule(self.pruning_step(step))[1]
-        return self.masks_for(plan, accumulators, fraction, variables, weights, protected)
+        return self.masks_for(
+            entry.plan, entry.sum_of, fraction, variables, weights, protected, keeps
+        )
 
-    def masks_for(self, plan, accumulators, fraction, variables, weights, protected):
-        """Keep masks of `variables` at `fraction`, from their values (also used eagerly)."""
+    def masks_for(self, plan, sums, fraction, variables, weights, protected, keeps=None):
+        """Keep masks of `variables` at `fraction`, from their values (also used eagerly).
+
+        Args:
+          plan: the model's `UnitPlan`.
+          sums: `{id(Keras variable): tf.Variable}`, Taylor sums (restarted
+            here), or empty.
+          keeps: the keep masks in force, one per variable, or None: units
+            none of whose entries are kept stay removed.
+        """
         variables = [plan.by_id[id(v)].variable for v in variables]
         scores = {
-            id(v): self.importance(v, w, _read(accumulators.get(id(v))))
+            id(v): self.importance(v, w, _read(sums.get(id(v))))
             for v, w in zip(variables, weights)
         }
         guarded = {
@@ -165,46 +171,56 @@ class UnitPruning(rules_lib.MaskRule):
             if id(each.variable) not in present:
                 # Frozen whole by set_mask: its units stay.
                 guarded[id(each.variable)] = tf.ones(tuple(each.variable.shape))
-        atom_scores = unit_choice.atom_totals(plan, scores)
-        atom_guarded = unit_choice.atom_totals(plan, guarded, scored_only=False) > 0
+        alive = None
+        if keeps is not None:
+            alive = unit_choice.alive_atoms(
+                plan, {id(v): tf.cast(k, tf.float32) for v, k in zip(variables, keeps)}
+            )
         keep = unit_choice.choose(
             plan,
-            atom_scores,
-            atom_guarded,
+            unit_choice.atom_totals(plan, scores),
+            unit_choice.atom_totals(plan, guarded, scored_only=False) > 0,
             fraction,
             self.global_pruning,
             self.round_to,
             self.min_units,
+            alive,
         )
+        if alive is not None:
+            keep = tf.logical_and(keep, alive)  # a removed unit never comes back
         masks = [unit_choice.keep_mask(plan, keep, v) for v in variables]
-        if accumulators:
+        if sums:
             with tf.control_dependencies(masks):
-                resets = [a.assign(tf.zeros_like(a)) for a in accumulators.values()]
+                resets = [s.assign(tf.zeros_like(s)) for s in sums.values()]
             with tf.control_dependencies(resets):
                 masks = [tf.identity(m) for m in masks]
         return masks
 
     def observe_gradients(self, step, variables, gradients):
-        plan, accumulators = self._entry_for(variables)
+        """Adds `|w * g|` to the Taylor sums, until the schedule's last update.
+
+        Under a distribution strategy, each replica's gradients are summed
+        over the replicas first (the global batch's gradient, as on one
+        device) and every replica adds the same values.
+        """
+        entry = self._entry_for(variables)
+        totals = [entry.sum_of.get(id(entry.plan.by_id[id(v)].variable)) for v in variables]
+        pairs = [(v, g, t) for v, g, t in zip(variables, gradients, totals) if t is not None]
+        if not pairs:
+            return
         last = self.last_update_step()
-        for variable, gradient in zip(variables, gradients):
-            accumulator = accumulators.get(id(plan.by_id[id(variable)].variable))
-            if accumulator is None:
-                continue
+        added = [tf.convert_to_tensor(g) for _, g, _ in pairs]
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            # The global batch's gradient (outside any cond: a sync point).
+            added = context.all_reduce(tf.distribute.ReduceOp.SUM, added)
 
-            def add(accumulator=accumulator, variable=variable, gradient=gradient):
-                added = self.importance.accumulate(
-                    tf.convert_to_tensor(variable), tf.convert_to_tensor(gradient)
-                )
-                with tf.control_dependencies(
-                    [accumulator.assign_add(tf.cast(added, tf.float32))]
-                ):
-                    return tf.constant(True)
-
-            if last is None:
-                add()
-            else:
-                tf.cond(tf.cast(step, tf.int64) <= last, add, lambda: tf.constant(False))
+        # Past the last update the sums no longer count: nothing is added.
+        # (A factor, not a cond: under a strategy, assigning is a sync point.)
+        live = 1.0 if last is None else tf.cast(tf.cast(step, tf.int64) <= last, tf.float32)
+        for (variable, _, total), gradient in zip(pairs, added):
+            score = self.importance.accumulate(tf.convert_to_tensor(variable), gradient)
+            total.assign_add(tf.cast(score, tf.float32) * live)
 
     def get_config(self):
         return {
@@ -229,5 +245,33 @@ class UnitPruning(rules_lib.MaskRule):
         return f"UnitPruning({self.pruning_schedule!r}, importance={self.importance!r})"
 
 
+class _Planned(NamedTuple):
+    """A model's plan: the weights it was made for, the `UnitPlan`, the Taylor sums."""
+
+    signature: tuple
+    plan: object
+    sums: dict  # {variable key: tf.Variable}, for TaylorImportance
+    sum_of: dict  # the same sums by id() of the Keras variable
+
+
 def _read(variable):
     return None if variable is None else tf.convert_to_tensor(variable)
+
+
+def _taylor_sums(model, variables):
+    """One float32 sum per variable, by variable key, made in the model's strategy.
+
+    Every replica adds the same (summed) values: the first replica's are
+    kept (`ONLY_FIRST_REPLICA`).
+    """
+    keys = paths.variable_keys(model, variables)
+    with tf.init_scope(), model.distribute_strategy.scope():
+        return {
+            key: tf.Variable(
+                tf.zeros(tuple(v.shape), tf.float32),
+                trainable=False,
+                name="taylor_" + key.replace("/", "_"),
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            )
+            for key, v in zip(keys, variables)
+        }
