@@ -5,7 +5,8 @@ recorded for that unit are set to 0, no output position that does not carry
 the unit may depend on the input channel that does; and a unit the layer
 passes on reaches no other position even before. A wrong table (a kernel
 axis off by one, a channel map that mixes) fails here, whatever outputs a
-shrink test happens to compare.
+shrink test happens to compare. Layers that this CPU's TensorFlow runs only
+under XLA (channels_first convolutions) are checked compiled.
 """
 
 import inspect
@@ -14,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_versions import call_or_xla
 from maskfit.pruning import keras_graph
 
 
@@ -40,12 +42,12 @@ def _roots(graph, ids):
 
 def _zeroed_weights(graph, layer, node):
     """The layer's weights with every entry recorded for unit `node` (or a
-    node joined to it) at 0; as they are for `node` -2."""
+    node joined to it) at 0; as they are for `node` None."""
     mapping = []
     for variable in layer.weights:
         value = np.asarray(variable.numpy())
         entry = graph.slices_of(variable)
-        if entry is not None and node != -2:
+        if entry is not None and node is not None:
             for axis, ids in entry.axes.items():
                 index = [slice(None)] * value.ndim
                 index[axis] = np.flatnonzero(_roots(graph, ids) == graph._find(int(node)))
@@ -55,21 +57,44 @@ def _zeroed_weights(graph, layer, node):
     return mapping
 
 
-def _elsewhere(graph, output, units, node, rng):
-    """A random positive weighting of the output positions not carrying `node`."""
-    weights = rng.uniform(0.5, 1.5, size=output.shape)
-    if units is not None and units.ids is not None:
-        shape = [1] * len(output.shape)
-        shape[units.axis] = -1
-        weights = weights * (_roots(graph, units.ids) != graph._find(int(node))).reshape(shape)
-    return tf.constant(weights, output.dtype)
+def _elsewhere(graph, units, node, rank):
+    """1 at the output positions (along the units' axis) that do not carry `node`."""
+    if units is None or units.ids is None:
+        return None
+    shape = [1] * rank
+    shape[units.axis] = -1
+    return (_roots(graph, units.ids) != graph._find(int(node))).reshape(shape)
+
+
+def _gradient(layer, args, kwargs, x, mapping, masks, seed):
+    """d(random positive sum of the outputs, times `masks`)/dx."""
+
+    def run():
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            with keras.StatelessScope(state_mapping=mapping):
+                outputs = keras.tree.flatten(layer(*args, **kwargs))
+            total = tf.constant(0.0)
+            for number, (out, mask) in enumerate(zip(outputs, masks)):
+                if "float" not in str(out.dtype):
+                    continue
+                out = tf.cast(out, tf.float32)
+                weights = tf.random.stateless_uniform(
+                    tf.shape(out), (seed, number), minval=0.5, maxval=1.5
+                )
+                if mask is not None:
+                    weights *= tf.constant(mask, tf.float32)
+                total += tf.reduce_sum(out * weights)
+        return tape.gradient(total, x)
+
+    return np.asarray(call_or_xla(run))
 
 
 def check_call(graph, call, units_in, units_out, rng, per_input=2):
     layer = call.layer
-    kwargs_training = {}
+    training = {}
     if "training" in inspect.signature(layer.call).parameters and "training" not in call.kwargs:
-        kwargs_training["training"] = False
+        training["training"] = False
     for tensor in {id(t): t for t in call.inputs}.values():
         source = units_in[id(tensor)]
         if source.ids is None:
@@ -84,24 +109,20 @@ def check_call(graph, call, units_in, units_out, rng, per_input=2):
             passes = not own and any(
                 units.ids is not None and np.any(units.ids == node) for units in units_out
             )
+            masks = [
+                _elsewhere(graph, units, node, len(out.shape))
+                for out, units in zip(call.outputs, units_out)
+            ]
             # A unit that passes through must reach no other position, even
             # before its entries are zeroed; zeroed, no unit may leak anywhere.
-            for zeroed in ((False, True) if passes else (True,)):
-                mapping = _zeroed_weights(graph, layer, node if zeroed else -2)
+            for zeroed in (False, True) if passes else (True,):
+                mapping = _zeroed_weights(graph, layer, node if zeroed else None)
                 values, args, kwargs = _random_arguments(call, rng)
-                x = values[id(tensor)]
-                with tf.GradientTape() as tape:
-                    tape.watch(x)
-                    with keras.StatelessScope(state_mapping=mapping):
-                        outputs = keras.tree.flatten(layer(*args, **kwargs, **kwargs_training))
-                    total = sum(
-                        tf.reduce_sum(
-                            tf.cast(out, tf.float32) * _elsewhere(graph, out, units, node, rng)
-                        )
-                        for out, units in zip(outputs, units_out)
-                        if "float" in str(out.dtype)
-                    )
-                gradient = np.moveaxis(np.asarray(tape.gradient(total, x)), source.axis, -1)
+                gradient = _gradient(
+                    layer, args, {**kwargs, **training}, values[id(tensor)], mapping, masks,
+                    int(rng.integers(1 << 30)),
+                )
+                gradient = np.moveaxis(gradient, source.axis, -1)
                 assert not np.any(gradient[..., position]), (
                     f"'{layer.name}' ({type(layer).__name__}): outputs without unit {node}"
                     f" depend on input channel {position} ({'zeroed' if zeroed else 'as is'})"

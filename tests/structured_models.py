@@ -1,16 +1,19 @@
-"""Small models, one per coupled layer kind and structure, for structured pruning's tests.
+"""Small models covering every coupled layer kind and structure, for structured pruning's tests.
 
 Each factory returns `(model, inputs)`: a built functional (or Sequential)
 model whose weights are random (so removed units matter), and a batch of
-inputs for it. `masked_outputs` runs a model with the removed units' entries
-set to 0, as training with `prune_units` leaves them; `shrink` must give
-the same outputs.
+inputs for it; kinds with the same role share a model (one branch each).
+`masked_outputs` runs a model with the removed units' entries set to 0, as
+training with `prune_units` leaves them; `shrink` must give the same
+outputs. `run` calls a model, under XLA where this CPU's TensorFlow runs a
+layer of it only so (channels_first convolutions).
 """
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_versions import call_or_xla
 from maskfit.pruning import unit_choice
 
 L = keras.layers
@@ -39,10 +42,15 @@ def masked_outputs(model, selection, x):
         for each in plan.variables:
             mask = unit_choice.keep_mask(plan, keep, each.variable)
             each.variable.assign(tf.where(mask, each.variable, tf.zeros_like(each.variable)))
-        return keras.tree.map_structure(np.asarray, model(x, training=False))
+        return run(model, x)
     finally:
         for variable, value in zip(model.weights, saved):
             variable.assign(value)
+
+
+def run(model, x):
+    """`model(x, training=False)` as numpy arrays (compiled with XLA where it must be)."""
+    return keras.tree.map_structure(np.asarray, call_or_xla(lambda: model(x, training=False)))
 
 
 def _x(shape, seed=1, integers=None):
@@ -57,6 +65,12 @@ def functional(inputs, outputs, seed=0):
 
 
 # -------------------------------------------------------------- factories
+
+
+def _head(branches, inputs, xs):
+    """A model whose branches are concatenated into a Dense head."""
+    h = branches[0] if len(branches) == 1 else L.Concatenate(name="branches")(branches)
+    return functional(inputs, L.Dense(2, name="head")(h)), xs
 
 
 def mlp():
@@ -74,59 +88,86 @@ def einsum_dense():
     return functional(x, L.Dense(2, name="head")(h)), _x((3, 4, 6))
 
 
-def conv(rank, data_format="channels_last"):
-    def make():
-        spatial = (6,) * rank
-        shape = spatial + (3,) if data_format == "channels_last" else (3,) + spatial
-        conv_cls = {1: L.Conv1D, 2: L.Conv2D, 3: L.Conv3D}[rank]
-        pool = {1: L.GlobalAveragePooling1D, 2: L.GlobalAveragePooling2D,
-                3: L.GlobalAveragePooling3D}[rank]
-        x = keras.Input(shape)
-        h = conv_cls(6, 3, padding="same", data_format=data_format, name="conv")(x)
-        h = conv_cls(5, 3, data_format=data_format, name="conv2", activation="relu")(h)
-        h = pool(data_format=data_format)(h)
-        return functional(x, L.Dense(2, name="head")(h)), _x((2,) + shape)
-
-    return make
-
-
-def conv_transpose(rank):
-    def make():
-        conv_cls = {1: L.Conv1DTranspose, 2: L.Conv2DTranspose, 3: L.Conv3DTranspose}[rank]
-        x = keras.Input((4,) * rank + (3,))
-        h = conv_cls(6, 2, strides=2, name="up")(x)
-        h = conv_cls(4, 3, padding="same", name="up2")(h)
-        h = L.Flatten()(h)
-        return functional(x, L.Dense(2, name="head")(h)), _x((2,) + (4,) * rank + (3,))
-
-    return make
+def convs():
+    """Conv1D, Conv2D and Conv3D (channels_last), a branch each."""
+    inputs, branches, xs = [], [], []
+    for rank, conv_cls, pool in (
+        (1, L.Conv1D, L.GlobalAveragePooling1D),
+        (2, L.Conv2D, L.GlobalAveragePooling2D),
+        (3, L.Conv3D, L.GlobalMaxPooling3D),
+    ):
+        x = keras.Input((5,) * rank + (3,))
+        h = conv_cls(6, 3, padding="same", name=f"conv{rank}d")(x)
+        h = conv_cls(5, 3, activation="relu", name=f"conv{rank}d_b")(h)
+        inputs.append(x)
+        branches.append(pool()(h))
+        xs.append(_x((2,) + (5,) * rank + (3,), seed=rank))
+    return _head(branches, inputs, xs)
 
 
-def depthwise(rank):
-    def make():
+def conv_transposes():
+    inputs, branches, xs = [], [], []
+    for rank, conv_cls in (
+        (1, L.Conv1DTranspose), (2, L.Conv2DTranspose), (3, L.Conv3DTranspose)
+    ):
+        x = keras.Input((3,) * rank + (3,))
+        h = conv_cls(6, 2, strides=2, name=f"up{rank}d")(x)
+        h = conv_cls(4, 3, padding="same", name=f"up{rank}d_b")(h)
+        inputs.append(x)
+        branches.append(L.Flatten()(h))
+        xs.append(_x((2,) + (3,) * rank + (3,), seed=rank))
+    return _head(branches, inputs, xs)
+
+
+def depthwise_separable():
+    """DepthwiseConv1D/2D (channels pass through) and SeparableConv1D/2D."""
+    inputs, branches, xs = [], [], []
+    for rank in (1, 2):
         conv_cls = {1: L.Conv1D, 2: L.Conv2D}[rank]
-        depth_cls = {1: L.DepthwiseConv1D, 2: L.DepthwiseConv2D}[rank]
-        x = keras.Input((6,) * rank + (2,))
-        h = conv_cls(4, 1, name="expand")(x)
-        h = depth_cls(3, depth_multiplier=2, padding="same", name="depthwise")(h)
-        h = conv_cls(3, 1, name="project")(h)
-        h = L.Flatten()(h)
-        return functional(x, L.Dense(2, name="head")(h)), _x((2,) + (6,) * rank + (2,))
+        x = keras.Input((5,) * rank + (2,))
+        h = conv_cls(4, 1, name=f"expand{rank}d")(x)
+        h = {1: L.DepthwiseConv1D, 2: L.DepthwiseConv2D}[rank](
+            3, depth_multiplier=2, padding="same", name=f"depthwise{rank}d"
+        )(h)
+        h = conv_cls(3, 1, name=f"project{rank}d")(h)
+        h = {1: L.SeparableConv1D, 2: L.SeparableConv2D}[rank](
+            6, 3, depth_multiplier=2, padding="same", name=f"separable{rank}d"
+        )(h)
+        inputs.append(x)
+        branches.append(L.Flatten()(h))
+        xs.append(_x((2,) + (5,) * rank + (2,), seed=rank))
+    return _head(branches, inputs, xs)
 
-    return make
 
+def channels_first():
+    """Units on axis 1: channels_first convolutions (1-D, 2-D, 3-D, transposed,
+    depthwise, separable), pooling and Flatten after them, and a batch norm on
+    axis 1 after a Permute. (The transposes of other ranks differ from
+    'up2d' only in their rank, and each costs seconds of XLA compiling here.)
 
-def separable(rank):
-    def make():
-        conv_cls = {1: L.Conv1D, 2: L.Conv2D}[rank]
-        sep_cls = {1: L.SeparableConv1D, 2: L.SeparableConv2D}[rank]
-        x = keras.Input((6,) * rank + (2,))
-        h = conv_cls(4, 1, name="expand")(x)
-        h = sep_cls(6, 3, depth_multiplier=2, padding="same", name="separable")(h)
-        h = L.Flatten()(h)
-        return functional(x, L.Dense(2, name="head")(h)), _x((2,) + (6,) * rank + (2,))
-
-    return make
+    'conv1d' has 8 filters and an output 4 long: Keras adds its bias along
+    the last axis when it has 4 channels, so half of it is 5 channels.
+    """
+    cf = dict(data_format="channels_first")
+    a = keras.Input((3, 4))
+    h = L.Conv1D(8, 3, padding="same", name="conv1d", **cf)(a)
+    branch_a = L.GlobalAveragePooling1D(**cf)(h)
+    b = keras.Input((3, 5, 5))
+    h = L.Conv2D(6, 3, padding="same", name="conv2d", **cf)(b)
+    h = L.DepthwiseConv2D(3, depth_multiplier=2, padding="same", name="depthwise", **cf)(h)
+    h = L.SeparableConv2D(4, 3, padding="same", name="separable", **cf)(h)
+    h = L.Conv2DTranspose(5, 2, name="up2d", **cf)(h)
+    branch_b = L.Flatten(**cf)(L.MaxPooling2D(**cf)(h))
+    c = keras.Input((3, 4, 4, 4))
+    h = L.Conv3D(5, 3, padding="same", name="conv3d", **cf)(c)
+    branch_c = L.GlobalAveragePooling3D(**cf)(h)
+    d = keras.Input((6, 3))
+    h = L.Permute((2, 1))(L.Dense(6, name="dense")(d))
+    h = L.BatchNormalization(axis=1, name="bn")(h)
+    h = L.ZeroPadding1D(1)(L.Permute((2, 1))(L.MaxPooling1D(2, **cf)(h)))
+    branch_d = L.GlobalAveragePooling1D(**cf)(L.Permute((2, 1))(h))
+    xs = [_x((2, 3, 4)), _x((2, 3, 5, 5), 2), _x((2, 3, 4, 4, 4), 3), _x((2, 6, 3), 4)]
+    return _head([branch_a, branch_b, branch_c, branch_d], [a, b, c, d], xs)
 
 
 def residual_bn():
@@ -142,31 +183,21 @@ def residual_bn():
     return functional(x, L.Dense(3, name="head")(h)), _x((2, 6, 6, 3))
 
 
-def group_norm():
+def normalizations():
+    """GroupNormalization (whole groups), PReLU, and LayerNormalization and
+    UnitNormalization over the time axis (the units pass)."""
     x = keras.Input((5, 5, 2))
     h = L.Conv2D(8, 3, padding="same", name="conv")(x)
     h = L.GroupNormalization(groups=4, name="gn")(h)
-    h = L.Flatten()(L.ReLU()(h))
-    return functional(x, L.Dense(2, name="head")(h)), _x((2, 5, 5, 2))
-
-
-def layer_norm_over_time():
-    """Normalizations over the time axis: the units on the last axis pass."""
-    x = keras.Input((4, 3))
-    h = L.Dense(6, name="dense")(x)
+    branch_a = L.Flatten()(L.ReLU()(h))
+    t = keras.Input((4, 3))
+    h = L.Dense(6, name="dense")(t)
     h = L.LayerNormalization(axis=1, name="ln")(h)
     h = L.UnitNormalization(axis=1, name="unit")(h)
-    h = L.Flatten()(h)
-    return functional(x, L.Dense(2, name="head")(h)), _x((2, 4, 3))
-
-
-def prelu():
-    x = keras.Input((5, 2))
-    h = L.Dense(6, name="dense")(x)
     h = L.PReLU(name="prelu")(h)
     h = L.PReLU(shared_axes=[2], name="prelu_shared")(h)
-    h = L.GlobalMaxPooling1D()(h)
-    return functional(x, L.Dense(2, name="head")(h)), _x((3, 5, 2))
+    branch_b = L.GlobalMaxPooling1D()(h)
+    return _head([branch_a, branch_b], [x, t], [_x((2, 5, 5, 2)), _x((2, 4, 3), 2)])
 
 
 def merges():
@@ -191,17 +222,13 @@ def concat_convs():
     return functional(x, L.Dense(2, name="head")(h)), _x((2, 6, 6, 2))
 
 
-def flatten_after_conv(data_format="channels_last"):
-    def make():
-        shape = (6, 6, 2) if data_format == "channels_last" else (2, 6, 6)
-        x = keras.Input(shape)
-        h = L.Conv2D(5, 3, data_format=data_format, name="conv")(x)
-        h = L.MaxPooling2D(data_format=data_format)(h)
-        h = L.Flatten(data_format=data_format)(h)
-        h = L.Dense(6, name="dense")(h)
-        return functional(x, L.Dense(2, name="head")(h)), _x((2,) + shape)
-
-    return make
+def flatten_after_conv():
+    x = keras.Input((6, 6, 2))
+    h = L.Conv2D(5, 3, name="conv")(x)
+    h = L.MaxPooling2D()(h)
+    h = L.Flatten()(h)
+    h = L.Dense(6, name="dense")(h)
+    return functional(x, L.Dense(2, name="head")(h)), _x((2, 6, 6, 2))
 
 
 def moving_layers():
@@ -220,19 +247,6 @@ def moving_layers():
     h = L.RepeatVector(3)(h)
     h = L.Reshape((15,))(h)
     return functional(x, L.Dense(2, name="head")(h)), _x((2, 6, 6, 2))
-
-
-def channels_first():
-    """Units on axis 1 (TensorFlow runs no channels_first convolution on a CPU)."""
-    x = keras.Input((6, 3))
-    h = L.Dense(6, name="dense")(x)
-    h = L.Permute((2, 1))(h)
-    h = L.BatchNormalization(axis=1, name="bn")(h)
-    h = L.MaxPooling1D(2, data_format="channels_first")(h)
-    h = L.ZeroPadding1D(1)(L.Permute((2, 1))(h))
-    h = L.Permute((2, 1))(h)
-    h = L.GlobalAveragePooling1D(data_format="channels_first")(h)
-    return functional(x, L.Dense(2, name="head")(h)), _x((3, 6, 3))
 
 
 def embedding():
@@ -262,56 +276,56 @@ def attention_residual():
     return functional(x, L.Dense(2, name="head")(h)), _x((2, 5, 6))
 
 
-def keras_attention(cls):
-    """Dot-product attention: the values' channels pass; query and key stay."""
+def keras_attention():
+    """Dot-product and additive attention: the values' channels pass; query and key stay."""
+    x = keras.Input((5, 3))
+    branches = []
+    for cls in (L.Attention, L.AdditiveAttention):
+        prefix = cls.__name__.lower()
+        query = L.Dense(4, name=f"{prefix}_query")(x)
+        key = L.Dense(4, name=f"{prefix}_key")(x)
+        value = L.Dense(6, name=f"{prefix}_value")(x)
+        h = cls(name=prefix)([query, value, key])
+        branches.append(L.GlobalAveragePooling1D()(h))
+    return _head(branches, x, _x((2, 5, 3)))
 
-    def make():
-        x = keras.Input((5, 3))
-        query = L.Dense(4, name="query")(x)
-        key = L.Dense(4, name="key")(x)
-        value = L.Dense(6, name="value")(x)
-        h = cls(name="attention")([query, value, key])
-        h = L.GlobalAveragePooling1D()(h)
-        return functional(x, L.Dense(2, name="head")(h)), _x((2, 5, 3))
 
-    return make
-
-
-def recurrent(cls, **kwargs):
-    def make():
-        x = keras.Input((4, 3))
-        h = L.Dense(5, name="embed")(x)
-        h = cls(6, return_sequences=True, name="rnn", **kwargs)(h)
-        h = cls(4, name="rnn2", **kwargs)(h)
-        return functional(x, L.Dense(2, name="head")(h)), _x((3, 4, 3))
-
-    return make
+def recurrent():
+    """SimpleRNN, LSTM, GRU and GRU(reset_after=False), two layers each."""
+    x = keras.Input((4, 3))
+    h = L.Dense(5, name="embed")(x)
+    branches = []
+    for name, cls, kwargs in (
+        ("simple_rnn", L.SimpleRNN, {}),
+        ("lstm", L.LSTM, {}),
+        ("gru", L.GRU, {}),
+        ("gru_before", L.GRU, {"reset_after": False}),
+    ):
+        seq = cls(6, return_sequences=True, name=name, **kwargs)(h)
+        branches.append(cls(4, name=name + "_b", **kwargs)(seq))
+    return _head(branches, x, _x((3, 4, 3)))
 
 
 def recurrent_states():
+    """Returned states, initial states, and an RNN over a cell."""
     x = keras.Input((4, 3))
     h = L.Dense(5, name="embed")(x)
     out, state_h, state_c = L.LSTM(6, return_state=True, name="encoder")(h)
     seq = L.LSTM(6, return_sequences=True, name="decoder")(h, initial_state=[state_h, state_c])
-    h = L.Concatenate()([out, L.GlobalAveragePooling1D()(seq)])
-    return functional(x, L.Dense(2, name="head")(h)), _x((3, 4, 3))
+    cell = L.RNN(L.GRUCell(5, reset_after=False), return_sequences=True, name="rnn")(x)
+    branches = [out, L.GlobalAveragePooling1D()(seq), L.Flatten()(cell)]
+    return _head(branches, x, _x((3, 4, 3)))
 
 
-def rnn_cell():
+def bidirectional():
     x = keras.Input((4, 3))
-    h = L.RNN(L.GRUCell(5, reset_after=False), return_sequences=True, name="rnn")(x)
-    h = L.Flatten()(h)
-    return functional(x, L.Dense(2, name="head")(h)), _x((3, 4, 3))
-
-
-def bidirectional(merge_mode):
-    def make():
-        x = keras.Input((4, 3))
-        h = L.Bidirectional(L.GRU(5, return_sequences=True), merge_mode=merge_mode, name="bi")(x)
-        h = L.Bidirectional(L.LSTM(3), name="bi2")(h)
-        return functional(x, L.Dense(2, name="head")(h)), _x((3, 4, 3))
-
-    return make
+    branches = []
+    for merge_mode in ("concat", "sum"):
+        h = L.Bidirectional(
+            L.GRU(5, return_sequences=True), merge_mode=merge_mode, name=f"bi_{merge_mode}"
+        )(x)
+        branches.append(L.Bidirectional(L.LSTM(3), name=f"bi_{merge_mode}_b")(h))
+    return _head(branches, x, _x((3, 4, 3)))
 
 
 def time_distributed():
@@ -357,38 +371,23 @@ def shared_layer():
 MODELS = {
     "mlp": mlp,
     "einsum_dense": einsum_dense,
-    "conv1d": conv(1),
-    "conv2d": conv(2),
-    "conv3d": conv(3),
-    "conv1d_transpose": conv_transpose(1),
-    "conv2d_transpose": conv_transpose(2),
-    "conv3d_transpose": conv_transpose(3),
-    "depthwise1d": depthwise(1),
-    "depthwise2d": depthwise(2),
-    "separable1d": separable(1),
-    "separable2d": separable(2),
+    "convs": convs,
+    "conv_transposes": conv_transposes,
+    "depthwise_separable": depthwise_separable,
+    "channels_first": channels_first,
     "residual_bn": residual_bn,
-    "group_norm": group_norm,
-    "layer_norm_over_time": layer_norm_over_time,
-    "prelu": prelu,
+    "normalizations": normalizations,
     "merges": merges,
     "concat_convs": concat_convs,
-    "flatten_after_conv": flatten_after_conv(),
+    "flatten_after_conv": flatten_after_conv,
     "moving_layers": moving_layers,
-    "channels_first": channels_first,
     "embedding": embedding,
     "attention": attention,
     "attention_residual": attention_residual,
-    "dot_attention": keras_attention(L.Attention),
-    "additive_attention": keras_attention(L.AdditiveAttention),
-    "simple_rnn": recurrent(L.SimpleRNN),
-    "lstm": recurrent(L.LSTM),
-    "gru": recurrent(L.GRU),
-    "gru_reset_before": recurrent(L.GRU, reset_after=False),
-    "lstm_states": recurrent_states,
-    "rnn_cell": rnn_cell,
-    "bidirectional_concat": bidirectional("concat"),
-    "bidirectional_sum": bidirectional("sum"),
+    "keras_attention": keras_attention,
+    "recurrent": recurrent,
+    "recurrent_states": recurrent_states,
+    "bidirectional": bidirectional,
     "time_distributed": time_distributed,
     "nested": nested,
     "sequential": sequential,
