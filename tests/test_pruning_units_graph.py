@@ -263,3 +263,19 @@ def test_register_coupling_for_a_subclass_of_a_keras_layer():
     finally:
         pruning.register_coupling(Plain, None)
         maskfit.register_output_units(Plain, None)
+
+
+def test_the_docstring_examples_run():
+    import doctest
+
+    from maskfit.pruning import couplings
+    from maskfit.pruning import importance
+    from maskfit.pruning import shrinking
+    from maskfit.pruning import sizes
+    from maskfit.pruning import structured
+    from maskfit.pruning import unit_choice
+    from maskfit.pruning import unit_graph
+
+    for module in (couplings, importance, shrinking, sizes, structured, unit_choice, unit_graph):
+        results = doctest.testmod(module)
+        assert results.attempted and not results.failed, module.__name__
