@@ -87,6 +87,8 @@ def test_couplings_hold_and_shrink_computes_what_the_pruned_model_computes(name)
     assert_same_outputs(model, small, selection, x)
     report = pruning.size_report(model, small)
     assert report.params_after < report.params_before
+    assert report.macs_after < report.macs_before
+    assert all(r.macs_after <= r.macs_before for r in report.rows)
     # The smaller model trains on: every weight gets a gradient, they move
     # and stay finite.
     before = [w.copy() for w in small.get_weights()]
