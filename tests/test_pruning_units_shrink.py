@@ -287,9 +287,12 @@ def test_every_keras_layer_class_with_weights_is_pruned_or_refused_with_its_reas
             layer = next(s.layer for s in selection.graph.spaces if s.layer.name == layer_name)
             pruned_classes.add(type(layer))
         # Layers that pass removed units on (normalizations, depthwise, ...).
-        for call, _, outputs in selection.graph.calls:
-            if any(u.ids is not None and not selection.graph.kept_positions(u.ids, selection.kept).all()
-                   for u in outputs):
+        graph = selection.graph
+        for call, _, outputs in graph.calls:
+            if any(
+                u.ids is not None and not graph.kept_positions(u.ids, selection.kept).all()
+                for u in outputs
+            ):
                 pruned_classes.add(type(call.layer))
     table = couplings.builtin_table()
     for cls, coupling in sorted(table.items(), key=lambda item: item[0].__name__):

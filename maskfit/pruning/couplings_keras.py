@@ -146,7 +146,9 @@ class EinsumDense(Producer):
             if ids is not None:
                 graph.slice(layer, kernel, weight.index(read), ids)
         else:
-            graph.fix(call.inputs[0].ids, f"read by '{layer.name}' without a kernel axis of its own")
+            graph.fix(
+                call.inputs[0].ids, f"read by '{layer.name}' without a kernel axis of its own"
+            )
         slices = {"kernel": (weight.index(own), 1)}
         bias_axes = layer.bias_axes or ""
         if own in bias_axes:

@@ -131,7 +131,8 @@ class Bidirectional(Coupling):
         ] * (states // 2)
 
     def shrink_config(self, layer, config, shrunk):
-        for key, inner in (("layer", layer.forward_layer), ("backward_layer", layer.backward_layer)):
+        directions = (("layer", layer.forward_layer), ("backward_layer", layer.backward_layer))
+        for key, inner in directions:
             serialized = keras.saving.serialize_keras_object(inner)
             serialized["config"] = Recurrent().shrink_config(
                 inner, dict(serialized["config"]), shrunk
@@ -222,7 +223,8 @@ class MultiHeadAttention(Coupling):
         config["num_heads"] = shrunk.count(layer, "heads")
         shape = config.get("output_shape")
         count = shrunk.count(layer, "units")
-        config["output_shape"] = count if shape is None or isinstance(shape, int) else [*shape[:-1], count]
+        single = shape is None or isinstance(shape, int)
+        config["output_shape"] = count if single else [*shape[:-1], count]
         return config
 
 

@@ -75,7 +75,8 @@ def depends_on_channel(layer, shape, axis, channel, zeroed=(), out_channel=None,
     x = _sample(shape, rng)
     mapping = []
     for variable in layer.weights:
-        value = rng.normal(size=tuple(variable.shape)) / np.sqrt(max(variable.shape[0] if variable.shape else 1, 1))
+        fan_in = variable.shape[0] if variable.shape else 1
+        value = rng.normal(size=tuple(variable.shape)) / np.sqrt(max(fan_in, 1))
         for zero_variable, zero_axis in zeroed:
             if zero_variable is variable:
                 index = [slice(None)] * value.ndim

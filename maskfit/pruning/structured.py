@@ -1,4 +1,4 @@
-"""Structured pruning's entry points: `prune_units` (gradual, in `fit`), `select_units` (one-shot)."""
+"""Structured pruning's entry points: `prune_units` (in `fit`), `select_units` (one-shot)."""
 
 from typing import NamedTuple
 

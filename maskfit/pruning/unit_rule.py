@@ -21,7 +21,9 @@ def _check_options(round_to, min_units, ignored_layers, where):
     if round_to is not None and (
         not isinstance(round_to, numbers.Integral) or isinstance(round_to, bool) or round_to < 1
     ):
-        raise ValueError(f"{where}: round_to must be None or a positive integer. Received: {round_to!r}")
+        raise ValueError(
+            f"{where}: round_to must be None or a positive integer. Received: {round_to!r}"
+        )
     if not isinstance(min_units, numbers.Integral) or isinstance(min_units, bool) or min_units < 1:
         raise ValueError(f"{where}: min_units must be an integer >= 1. Received: {min_units!r}")
     names = []
