@@ -26,7 +26,6 @@ import torch_pruning as tp
 from benchmarks import torch_models
 from benchmarks import torch_train
 from experiments import latency
-from experiments import structured_models
 from experiments import structured_widths
 from experiments import structured_train
 
