@@ -49,7 +49,8 @@ class Config:
       jit_compile: train with XLA.
       run_eagerly: train eagerly (no tracing: quicker for tiny runs only).
       threads: TensorFlow's `(intra_op, inter_op)` threads; (0, 0) leaves
-        its defaults.
+        its defaults. One by default: on a shared machine a second thread
+        waits whenever the other is descheduled, and the timings spread.
       max_train_examples: keep this many training examples (0: all).
     """
 
@@ -60,10 +61,10 @@ class Config:
     optimizer: str = "adam"
     learning_rate: float = 1e-3
     batch_size: int = 64
-    epochs: int = 6
-    prune_epochs: int = 2
+    epochs: int = 4
+    prune_epochs: int = 1
     prune_steps: int = 3
-    finetune_epochs: int = 3
+    finetune_epochs: int = 2
     importance_p: int = 2
     round_to: int = 8
     mlp_hidden: tuple = (1024, 1024)
@@ -75,7 +76,7 @@ class Config:
     keras_path: str = "function"
     jit_compile: bool = False
     run_eagerly: bool = False
-    threads: tuple = (2, 1)
+    threads: tuple = (1, 1)
     max_train_examples: int = 0
 
     def __post_init__(self):

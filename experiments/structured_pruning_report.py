@@ -169,10 +169,16 @@ def plot(summary, path):
 
     panels = sorted({(r["dataset"], r["architecture"]) for r in summary})
     batches = sorted({b for r in summary for b in r["latency"]}, key=int)
+    from matplotlib import ticker
+
+    columns = min(2, len(panels))
+    rows_of_panels = -(-len(panels) // columns)
     fig, axes = plt.subplots(
-        1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False
+        rows_of_panels, columns, figsize=(5.2 * columns, 3.6 * rows_of_panels), squeeze=False
     )
-    for ax, (dataset, kind) in zip(axes[0], panels):
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (dataset, kind) in zip(axes.flat, panels):
         rows = [r for r in summary if (r["dataset"], r["architecture"]) == (dataset, kind)]
         for batch, marker in zip(batches, "os^D"):
             points = [(r["latency"][batch]["ms"], r["accuracy"]["mean"]) for r in rows]
@@ -187,6 +193,8 @@ def plot(summary, path):
             ax.plot([ms[i] for i in front], [acc[i] for i in front], "--", lw=1,
                     color=ax.lines[-1].get_color() if ax.lines else None)
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
         ax.set_xlabel("median latency per call (ms, log)")
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"{kind} on {dataset}", fontsize=10)
@@ -194,5 +202,5 @@ def plot(summary, path):
         ax.legend(fontsize=7)
     fig.suptitle("Fraction of units removed (labels): accuracy vs CPU latency", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
