@@ -109,3 +109,12 @@ def test_the_cheap_docstring_examples_hold():
     for module in (structured_schedule, report):
         results = doctest.testmod(module)
         assert results.attempted and not results.failed
+
+
+@pytest.mark.slow
+def test_the_training_docstring_examples_hold():
+    from experiments import structured_maskfit
+
+    for module in (structured_maskfit, lib):
+        results = doctest.testmod(module)
+        assert results.attempted and not results.failed
