@@ -5,7 +5,7 @@ Builds issue 23's MLP (64-1024-1024-10) and ResNet-8 (widths 32/64/128 on
 (with the `structured-peer` extra's torch) PyTorch, and times them side by
 side by every inference path at batch 1 and 64. Writes `config.json`,
 `shrunk_latency.json` and `shrunk_latency.md` under `--workdir`;
-docs/structured_pruning_benchmark.md has the latest table. Without torch,
+docs/structured_pruning.md ("Against Torch-Pruning") has the latest table. Without torch,
 pass `--frameworks=keras`.
 """
 

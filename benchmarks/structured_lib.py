@@ -14,12 +14,14 @@ returns its records through one interface:
 `test_accuracy`, `dense_accuracy`, `follows_width_rule`, and for a pruning
 arm `prune_seconds`; `latency_rows` is `experiments.latency.compare`'s
 output with the contenders "dense" and each pruned fraction as a string.
-The maskfit arm (issue 22's structured pruning) is one more module with
-that function, named in `ARMS`.
+The maskfit arm (issue 22's structured pruning) is
+`experiments.structured_maskfit`; by default the benchmark runs it beside
+Torch-Pruning where torch and torch-pruning are installed, alone elsewhere.
 """
 
 import dataclasses
 import importlib
+import importlib.util
 import json
 import os
 import statistics
@@ -34,7 +36,7 @@ from experiments import structured_models
 from experiments import structured_widths
 from experiments import structured_train
 
-__all__ = ["ARMS", "Config", "format_markdown", "run", "summarize"]
+__all__ = ["ARMS", "Config", "default_frameworks", "format_markdown", "run", "summarize"]
 
 # Arm name -> the module whose `run_arm` runs it (imported only when used,
 # so that an arm's framework is needed only to run that arm).
@@ -43,9 +45,15 @@ ARMS = {
     "torch": "benchmarks.torch_pruning_arm",
     # The dense Keras network and Keras models of the shrunk shapes (no pruning).
     "keras": "benchmarks.keras_reference_arm",
-    # maskfit's structured pruning (issue 22) joins here, e.g.
-    # "maskfit": "benchmarks.maskfit_structured_arm".
+    # maskfit's structured pruning (issue 22): the arm under test.
+    "maskfit": "experiments.structured_maskfit",
 }
+
+
+def default_frameworks():
+    """`("torch", "maskfit")` where torch and torch-pruning import, else `("maskfit",)`."""
+    found = all(importlib.util.find_spec(name) for name in ("torch", "torch_pruning"))
+    return ("torch", "maskfit") if found else ("maskfit",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +83,7 @@ class Config:
     architectures: tuple = ("mlp", "resnet")
     fractions: tuple = (0.0, 0.25, 0.5, 0.75)
     seeds: tuple = (0, 1, 2)
-    frameworks: tuple = ("torch", "keras")
+    frameworks: tuple = default_frameworks()
     optimizer: str = "adam"
     learning_rate: float = 1e-3
     batch_size: int = 64

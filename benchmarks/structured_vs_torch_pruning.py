@@ -1,14 +1,15 @@
 """Structured pruning beside Torch-Pruning: `python -m benchmarks.structured_vs_torch_pruning`.
 
 Needs the `structured-peer` extra for the torch arm (CPU torch and
-torch-pruning; see docs/structured_pruning_benchmark.md for the install).
+torch-pruning; see docs/structured_pruning.md, "Against Torch-Pruning", for the install).
 Trains issue 23's MLP and ResNet on digits and MNIST-1D, prunes 25/50/75% of
 the units of every coupled group gradually, fine-tunes, and reports per
 fraction the parameters and MACs removed, the accuracy over seeds, the
 latency of the shrunk model over its dense one (batch 1 and 64) and the time
 the pruning takes. `--frameworks` picks the arms (`structured_lib.ARMS`):
-`torch` (Torch-Pruning) and `keras` (the dense Keras network and Keras models
-of the shrunk shapes). Writes `config.json`,
+`maskfit` (maskfit's structured pruning), `torch` (Torch-Pruning), and
+`keras` (the dense Keras network and Keras models of the shrunk shapes); by
+default maskfit and torch where torch is installed, maskfit alone elsewhere. Writes `config.json`,
 `structured_vs_torch_pruning.json` and `structured_vs_torch_pruning.md` under
 `--workdir`.
 """
@@ -37,7 +38,8 @@ _HELP = {
     "architectures": "mlp, resnet.",
     "fractions": "Fractions of each unit group pruned (0: the unpruned reference).",
     "seeds": "Seeds; each trains its own dense network.",
-    "frameworks": f"Arms: {', '.join(sorted(structured_lib.ARMS))}.",
+    "frameworks": f"Arms: {', '.join(sorted(structured_lib.ARMS))} (default: maskfit,"
+    " and torch where installed).",
     "optimizer": "adam or sgd (momentum 0.9), in every framework.",
     "learning_rate": "Constant learning rate.",
     "batch_size": "Examples per step.",

@@ -20,9 +20,12 @@ from experiments import structured_models as sm
 from experiments import structured_widths as widths
 from experiments import structured_train
 
+_HAS_TORCH = (
+    importlib.util.find_spec("torch") is not None
+    and importlib.util.find_spec("torch_pruning") is not None
+)
 requires_torch = pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None
-    or importlib.util.find_spec("torch_pruning") is None,
+    not _HAS_TORCH,
     reason="needs torch and torch-pruning (the structured-peer extra; not in [test])",
 )
 
@@ -98,9 +101,34 @@ def test_structured_benchmark_runs_tiny_with_the_keras_arm_alone(tmp_path):
     assert "| digits | resnet | keras | 0.50 | 1 |" in table
 
 
+def test_maskfit_arm_runs_tiny_and_matches_the_width_rule_and_its_counts(tmp_path):
+    config = dataclasses.replace(
+        _STRUCTURED, frameworks=("maskfit",), architectures=("mlp",)
+    )
+    results = structured_lib.run(config, str(tmp_path))
+    arch = config.architecture("mlp", "digits")
+    by_fraction = {r["fraction"]: r for r in results["summary"]}
+    assert sorted(by_fraction) == [0.0, 0.5]
+    shrunk = widths.shrunk(arch, 0.5, config.round_to)
+    assert (by_fraction[0.5]["params"], by_fraction[0.5]["macs"]) == model_cost.count(
+        sm.keras_model(shrunk)
+    )
+    assert by_fraction[0.5]["follows_width_rule"]
+    assert by_fraction[0.5]["prune_seconds"] > 0
+    assert "latency_ratio_b1" in by_fraction[0.5]
+    for run in results["runs"]:
+        assert run["framework"] == "maskfit"
+        assert run["shrunk_max_abs_difference"] < 1e-4
+
+
+def test_default_arms_are_maskfit_and_torch_pruning_where_installed():
+    expected = ("torch", "maskfit") if _HAS_TORCH else ("maskfit",)
+    assert structured_lib.Config().frameworks == expected
+
+
 def test_bad_configs_name_what_is_available():
-    with pytest.raises(ValueError, match=r"expected some of \['keras', 'torch'\]"):
-        structured_lib.Config(frameworks=("maskfit",))
+    with pytest.raises(ValueError, match=r"expected some of \['keras', 'maskfit', 'torch'\]"):
+        structured_lib.Config(frameworks=("tfmot",))
     with pytest.raises(ValueError, match=r"Received: fractions=\(0.5, 1.0\)"):
         structured_lib.Config(fractions=(0.5, 1.0))
     with pytest.raises(ValueError, match=r"keeps none"):
