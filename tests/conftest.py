@@ -48,7 +48,8 @@ def pytest_generate_tests(metafunc):
     if "mode" in metafunc.fixturenames and not _parametrized_directly(metafunc, "mode"):
         names = sorted(MODES)
         if metafunc.definition.get_closest_marker("fused_too") is not None:
-            names.append(FUSED)
+            # The fused variant repeats graph mode with XLA in the update: slow.
+            names.append(pytest.param(FUSED, marks=pytest.mark.slow))
         metafunc.parametrize("mode", names, indirect=True)
 
 

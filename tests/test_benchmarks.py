@@ -4,6 +4,8 @@ import csv
 import json
 import os
 
+import pytest
+
 from benchmarks import harness
 
 # Graph mode only: jit compiles each of the 12 contenders again and doubles
@@ -94,6 +96,7 @@ def test_seed_scenarios_run_tiny_and_agree_with_the_seeds():
     assert end_to_end > per_step > 0
 
 
+@pytest.mark.slow
 def test_freezing_benchmark_runs_tiny_and_writes_its_tables(tmp_path):
     from benchmarks import freezing_lib
 

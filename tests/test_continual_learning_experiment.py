@@ -111,6 +111,7 @@ def _check_packnet_records(recorder, network):
             )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 def test_packnet_keeps_earlier_tasks_bit_for_bit(mode, optimizer):
     sequence = _split_digits()
@@ -132,6 +133,7 @@ def test_packnet_keeps_earlier_tasks_bit_for_bit(mode, optimizer):
                 )
 
 
+@pytest.mark.slow
 def test_packnet_packs_a_shared_head_like_the_hidden_layers():
     sequence = tasks_lib.load("permuted_digits", permuted_tasks=3)
     network = net.Network(64, (10,), 1, 10, [1, 0])
@@ -149,6 +151,7 @@ def test_packnet_packs_a_shared_head_like_the_hidden_layers():
         assert capacity[layer.name]["free"] == pytest.approx(0.125, abs=0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer, drifts", [("adamw", True), ("adam", False)])
 def test_hand_written_gradient_masks_let_weight_decay_move_earlier_tasks(
     optimizer, drifts
@@ -259,6 +262,7 @@ def test_ewc_penalty_is_the_merged_quadratic_of_every_earlier_task():
     np.testing.assert_allclose(penalty, 0.5 * 3.0 * expected, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_each_training_starts_from_a_new_optimizer():
     sequence = tasks_lib.load("permuted_digits", permuted_tasks=2)
     settings = _settings({}, "adamw")
@@ -318,6 +322,7 @@ def tiny(tmp_path_factory):
     return workdir, metrics, records
 
 
+@pytest.mark.slow
 def test_tiny_run_packnet_forgets_nothing_and_reports_it(tiny):
     _, metrics, records = tiny
     recorder = records["permuted_digits", 0, "packnet"]
@@ -334,6 +339,7 @@ def test_tiny_run_packnet_forgets_nothing_and_reports_it(tiny):
         assert result["logits_identical"] == [False, False]
 
 
+@pytest.mark.slow
 def test_tiny_run_reports_the_matrix_average_and_backward_transfer(tiny):
     _, metrics, records = tiny
     for method in TINY.methods:
@@ -364,6 +370,7 @@ def _scalar_tags(directory):
     return tags
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_config_metrics_table_figure_and_events(tiny):
     workdir, metrics, _ = tiny
     with open(os.path.join(workdir, "config.json")) as f:
@@ -447,6 +454,7 @@ _BAD_FLAGS = {
 }
 
 
+@pytest.mark.slow
 def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
     argvs = [
         ["continual_learning", flag, f"--workdir={tmp_path / str(index)}"]

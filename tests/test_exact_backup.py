@@ -151,6 +151,7 @@ def test_resumes_inside_an_epoch_bit_identical(tmp_path, mode):
     assert model._initial_epoch is None  # a later fit starts at epoch 0
 
 
+@pytest.mark.slow
 def test_resumes_in_the_middle_of_gradient_accumulation_with_ema(tmp_path):
     # Backed up after batch 15: half of an accumulation of 2 (the optimizer
     # counts 7 updates), between two EMA overwrites.
@@ -164,6 +165,7 @@ def test_resumes_in_the_middle_of_gradient_accumulation_with_ema(tmp_path):
     assert_same(state_of(model), state_of(reference))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "input_kind, stop",
     [("repeated", 7), ("finite", 7), ("unknown_size", 25)],
@@ -240,6 +242,7 @@ def test_a_backup_of_another_model_fails_and_changes_nothing(tmp_path):
     assert_same([w.numpy() for w in model.weights], before)
 
 
+@pytest.mark.slow
 def test_train_on_batch_after_an_interrupted_fit_trains(tmp_path):
     model = build()
     with pytest.raises(RuntimeError):

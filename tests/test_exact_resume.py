@@ -20,6 +20,10 @@ import time
 import numpy as np
 import pytest
 
+# Worker processes killed and restarted, every case: minutes. `.ci/run` runs
+# them; test_exact_backup.py resumes inside an epoch in one process, quickly.
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "tests", "scripts", "exact_resume_run.py")
 DEADLINE_S = 900

@@ -581,6 +581,7 @@ def mirrored_runs(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", ["adamw", "adamw_eager", "loss_scaled_sgd"])
 def test_mirrored_replicas_step_at_the_learning_rate_times_m(mirrored_runs, run):
     result = np.load(mirrored_runs / f"{run}.npz")

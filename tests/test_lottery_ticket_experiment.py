@@ -326,6 +326,7 @@ BAD_FLAGS = {
 }
 
 
+@pytest.mark.slow
 def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
     # The last argv runs as the command line does: app.run prints the usage error.
     argvs = [

@@ -656,7 +656,18 @@ def _build(case):
     return layer, maskfit.MaskedModel(inputs, outputs)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+# Recurrent convolutions in channels_first: on CPUs whose TensorFlow runs
+# them only under XLA, tens of seconds each.
+_SLOW_CASES = ("ConvLSTM1D-cf", "ConvLSTM2D-cf", "Bidirectional-ConvLSTM1D-cf")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.id in _SLOW_CASES else [])
+        for c in CASES
+    ],
+)
 def test_output_mask_is_correct_or_refused_on_every_keras_layer(case):
     layer, model = _build(case)
     frozen_units = np.arange(case.units) % 2 == 0

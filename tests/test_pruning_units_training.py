@@ -231,6 +231,7 @@ def test_taylor_importance_sums_weight_times_gradient_over_the_steps():
     assert pruning.unit_selection(pruned).removed() == expected
 
 
+@pytest.mark.slow
 def test_taylor_importance_on_two_replicas_sums_the_global_batch(tmp_path):
     import structured_distributed_run as run
 
