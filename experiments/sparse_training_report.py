@@ -16,6 +16,8 @@ from experiments import sparse_training_train as train
 
 __all__ = ["figure", "summarize", "table", "write_curve", "write_summary"]
 
+# A colour per method, so that a figure keeps its colours when methods join.
+_COLORS = {"static": "C0", "set": "C1", "rigl": "C2", "pruning": "C3"}
 _LABELS = {
     "dense": "dense",
     "static": "static random sparse",
@@ -148,7 +150,7 @@ def figure(summary, config, path):
                 continue
             axes.errorbar(
                 x, mean, yerr=[mean - low, high - mean], label=_LABELS[method],
-                marker="o", markersize=4, capsize=3,
+                color=_COLORS[method], marker="o", markersize=4, capsize=3,
             )
         axes.set_xticks(x, [f"{v:g}" for v in x])
         axes.set_xlabel("Sparsity (%)")

@@ -169,6 +169,20 @@ def test_rule_covers_the_sparse_weights_and_starts_from_seeded_masks(rule_class)
         np.testing.assert_array_equal(a, b)
 
 
+def test_initial_keep_masks_keep_what_set_mask_freezes():
+    model = _mlp()
+    rule = sparse.RigL(0.9, t_end=1000, sparsity_distribution="uniform")
+    frozen = np.zeros((64, 32), bool)
+    frozen[:, :4] = True  # 256 entries, more than the 205 the layer keeps
+    masks = dict(
+        (v.path, m)
+        for v, m in rule.initial_keep_masks(model, {"sequential/hidden/kernel": frozen})
+    )
+    np.testing.assert_array_equal(masks["sequential/hidden/kernel"], frozen)
+    unfrozen = dict((v.path, m) for v, m in rule.initial_keep_masks(model))
+    np.testing.assert_array_equal(masks["sequential/head/kernel"], unfrozen["sequential/head/kernel"])
+
+
 def _state(model, rule, seed=0):
     """(variable, weights with the initial mask applied, keep) for each covered weight."""
     rng = np.random.default_rng(seed)

@@ -68,10 +68,12 @@ def random_keep_mask(shape, sparsity, seed, key=0, frozen=None):
     return flat.reshape(shape)
 
 
-def random_keep_masks(entries, seed):
+def random_keep_masks(entries, seed, frozen=None):
     """Returns one `random_keep_mask` per `LayerSparsity` of `entries` (from `allocate`).
 
-    Each is keyed by its variable's `variable_key`.
+    Each is keyed by its variable's `variable_key`. `frozen` is None or
+    `{variable path: bool array}` of entries `maskfit.set_mask` freezes: they
+    are kept (see `random_keep_mask`).
 
     Example:
 
@@ -82,9 +84,14 @@ def random_keep_masks(entries, seed):
     >>> [int(m.sum()) for m in random_keep_masks(entries, seed=3)]
     [16]
     """
+    frozen = frozen or {}
     return [
         random_keep_mask(
-            tuple(e.variable.shape), e.sparsity, seed, drop_and_grow.variable_key(e.variable)
+            tuple(e.variable.shape),
+            e.sparsity,
+            seed,
+            drop_and_grow.variable_key(e.variable),
+            frozen=frozen.get(e.variable.path),
         )
         for e in entries
     ]

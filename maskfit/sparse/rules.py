@@ -122,15 +122,21 @@ class DynamicSparsity(abc.ABC):
         """The weights the rule moves: the prunable ones whose sparsity is above 0."""
         return [e.variable for e in self.allocation(layer) if e.sparsity > 0]
 
-    def initial_keep_masks(self, layer):
+    def initial_keep_masks(self, layer, frozen=None):
         """`[(variable, bool mask)]`: the random masks training starts from.
 
         One per variable of `variables(layer)`, drawn by `random_keep_mask`
         from `seed` and the variable's key. The step sets the weights outside
         them to +0.0 before the first update.
+
+        Args:
+          layer: the built layer or model the rule is declared on.
+          frozen: None or `{variable path: bool array}`: entries that
+            `maskfit.set_mask` freezes; they are always kept (and count as
+            kept), so that they stay bit-identical.
         """
         entries = [e for e in self.allocation(layer) if e.sparsity > 0]
-        masks = initial_masks.random_keep_masks(entries, self.seed)
+        masks = initial_masks.random_keep_masks(entries, self.seed, frozen)
         return [(e.variable, m) for e, m in zip(entries, masks)]
 
     def last_update_step(self):
