@@ -98,17 +98,21 @@ def drop_grow(weights, keep, grow_scores, drop_fraction, frozen=None):
     growable = ~keep & free
     count = drop_count(_count(droppable), _count(growable), drop_fraction)
 
-    magnitude = tf.math.abs(flat(weights))
-    # NaN weights are dropped first: -1 is below every magnitude.
-    magnitude = tf.where(tf.math.is_nan(magnitude), -tf.ones_like(magnitude), magnitude)
-    dropped = droppable & (_ranks(droppable, magnitude, descending=False) < count)
+    # Ascending int64 keys: the `count` smallest are chosen, ties to the lower
+    # index; entries that are not candidates get a key above every candidate's.
+    magnitude = _ordered(tf.math.abs(flat(weights)))
+    drop_key = tf.where(
+        tf.math.is_nan(flat(weights)), tf.constant(_NAN_FIRST, tf.int32), magnitude
+    )
+    outside = tf.constant(_OUTSIDE, tf.int32)
+    dropped = _smallest(tf.where(droppable, drop_key, outside), count)
 
     scores = flat(tf.convert_to_tensor(grow_scores))
-    scores = tf.where(
-        tf.math.is_nan(scores), tf.constant(-float("inf"), scores.dtype), scores
+    grow_key = tf.where(
+        tf.math.is_nan(scores), tf.constant(_NAN_LAST, tf.int32), -_ordered(scores)
     )
-    candidates = growable  # just-dropped entries are active in `keep`: never here
-    grown = candidates & (_ranks(candidates, scores, descending=True) < count)
+    # Just-dropped entries are active in `keep`, so never candidates here.
+    grown = _smallest(tf.where(growable, grow_key, outside), count)
 
     new_keep = (keep & ~dropped) | grown
     unflat = lambda x: tf.reshape(x, shape)  # noqa: E731
@@ -185,14 +189,70 @@ def _count(mask):
     return tf.reduce_sum(tf.cast(mask, tf.int32))
 
 
-def _ranks(candidates, key, descending):
-    """Each entry's position in the order: candidates first, then by `key`, then index.
+def _ordered(values):
+    """int32 keys in the order of float `values` (as float32); -0.0 equals +0.0.
 
-    Two stable sorts (the later one by candidacy) make a lexicographic order,
-    so a candidate always ranks before a non-candidate whatever the keys.
+    A non-negative float's bits order as integers; a negative one's
+    magnitude bits are flipped below zero, so keys of non-NaN values lie in
+    [-0x7F800001, 0x7F800000] (-inf to +inf). NaNs are the caller's.
     """
-    direction = "DESCENDING" if descending else "ASCENDING"
-    by_key = tf.argsort(key, direction=direction, stable=True)
-    outside = tf.gather(tf.cast(~candidates, tf.float32), by_key)
-    order = tf.gather(by_key, tf.argsort(outside, stable=True))
-    return tf.math.invert_permutation(order)
+    values = tf.cast(values, tf.float32)
+    values = tf.where(values == 0, tf.zeros_like(values), values)  # -0.0 -> +0.0
+    bits = tf.bitcast(values, tf.int32)
+    return tf.where(bits < 0, -tf.bitwise.bitwise_and(bits, 0x7FFFFFFF) - 1, bits)
+
+
+# Keys just outside the range of `_ordered` (and of its negation).
+_NAN_FIRST = -0x7F800002
+_NAN_LAST = 0x7F800002
+_OUTSIDE = 0x7F800003
+
+
+def _smallest(keys, count):
+    """Bool: exactly `count` entries of smallest key, ties to the lower flat index.
+
+    A selection without a sort (sorting a million entries costs seconds on a
+    CPU, under XLA most): bisection for the smallest key with at least
+    `count` keys at or below it (at most 32 counting passes), then, among the
+    keys equal to it, bisection for the flat index below which enough of them
+    lie (at most log2(size) passes). `count` must not exceed the number of
+    candidates (keys below `_OUTSIDE`).
+    """
+    count = tf.cast(count, tf.int32)
+    # Bounds are int64 (their difference can pass 2**31); each one lies in
+    # [min(keys) - 1, max(keys)], which fits the int32 keys.
+    threshold = _least_reaching(
+        lambda t: _count(keys <= tf.cast(t, tf.int32)),
+        tf.cast(tf.reduce_min(keys), tf.int64) - 1,
+        tf.cast(tf.reduce_max(keys), tf.int64),
+        count,
+    )
+    below = keys < tf.cast(threshold, tf.int32)
+    ties = keys == tf.cast(threshold, tf.int32)
+    needed = count - _count(below)
+    index = tf.range(tf.size(keys, out_type=tf.int64), dtype=tf.int64)
+    last = _least_reaching(
+        lambda j: _count(ties & (index <= j)),
+        tf.constant(-1, tf.int64),
+        tf.size(keys, out_type=tf.int64) - 1,
+        needed,
+    )
+    return below | (ties & (index <= last) & (needed > 0))
+
+
+def _least_reaching(counted, low, high, count):
+    """The least `t` in (low, high] with `counted(t) >= count` (`counted` rising).
+
+    Bisection; expects `counted(low) < count <= counted(high)` (else it
+    returns `low + 1`).
+    """
+
+    def body(low, high):
+        middle = low + (high - low) // 2
+        enough = counted(middle) >= count
+        return tf.where(enough, low, middle), tf.where(enough, middle, high)
+
+    _, high = tf.while_loop(
+        lambda low, high: high - low > 1, body, (low, high), maximum_iterations=64
+    )
+    return high
