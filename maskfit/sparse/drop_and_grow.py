@@ -230,14 +230,20 @@ def _smallest(keys, count):
     below = keys < tf.cast(threshold, tf.int32)
     ties = keys == tf.cast(threshold, tf.int32)
     needed = count - _count(below)
-    index = tf.range(tf.size(keys, out_type=tf.int64), dtype=tf.int64)
-    last = _least_reaching(
-        lambda j: _count(ties & (index <= j)),
-        tf.constant(-1, tf.int64),
-        tf.size(keys, out_type=tf.int64) - 1,
-        needed,
-    )
-    return below | (ties & (index <= last) & (needed > 0))
+    size = tf.size(keys, out_type=tf.int64)
+    index = tf.range(tf.size(keys), dtype=tf.int32)
+
+    def first_of_ties():
+        return _least_reaching(
+            lambda j: _count(ties & (index <= tf.cast(j, tf.int32))),
+            tf.constant(-1, tf.int64),
+            size - 1,
+            needed,
+        )
+
+    # Usually every tie is taken (continuous scores): no second bisection.
+    last = tf.cond(needed < _count(ties), first_of_ties, lambda: size - 1)
+    return below | (ties & (index <= tf.cast(last, tf.int32)) & (needed > 0))
 
 
 def _least_reaching(counted, low, high, count):
