@@ -168,9 +168,12 @@ def declare_method(model, method, sparsity, config, seed):
         dense_first_layer=config.dense_first_layer,
     )
     if method == "static":
+        by_layer = {}
         for entry, keep in zip(entries, sparse.random_keep_masks(entries, seed)):
             entry.variable.assign(np.where(keep, entry.variable.numpy(), 0))
-            maskfit.set_mask(entry.layer, maskfit.ElementMask({"kernel": keep}))
+            by_layer.setdefault(entry.layer, {})[entry.variable.name] = keep
+        for layer, masks in by_layer.items():
+            maskfit.set_mask(layer, maskfit.ElementMask(masks))
     elif method == "pruning":
         for entry in entries:
             if entry.sparsity > 0:
