@@ -76,7 +76,9 @@ class Config:
             raise ValueError(
                 f"Unknown contenders {unknown}; expected names from {tuple(CONTENDERS)}."
             )
-        waiting = [c for c in self.contenders if c in ("set", "rigl") and not _dynamic_ready()]
+        waiting = [
+            c for c in self.contenders if c in ("set", "rigl") and not _dynamic_ready()
+        ]
         if waiting:
             raise ValueError(
                 f"Contenders {waiting} need a training step whose rules grow entries"
@@ -185,9 +187,9 @@ def _measure(config, mode):
                 "cpu_ratio_median": harness.paired_ratios(
                     cpu_times, contender.key, BASELINE
                 )[0],
-                "updates_per_round": 0
-                if contender.key in ("dense", "static")
-                else config.rounds_of,
+                "updates_per_round": (
+                    0 if contender.key in ("dense", "static") else config.rounds_of
+                ),
             }
         )
         logging.info(

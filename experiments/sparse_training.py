@@ -42,7 +42,9 @@ flags.DEFINE_string(
     f"A keras.optimizers name: {', '.join(sorted(common.OPTIMIZERS))}.",
 )
 flags.DEFINE_float("learning_rate", _DEFAULTS.learning_rate, "Learning rate.")
-flags.DEFINE_integer("eval_every", _DEFAULTS.eval_every, "Steps between test evaluations.")
+flags.DEFINE_integer(
+    "eval_every", _DEFAULTS.eval_every, "Steps between test evaluations."
+)
 flags.DEFINE_integer(
     "steps_per_execution", _DEFAULTS.steps_per_execution, "Steps per compiled call."
 )

@@ -64,7 +64,14 @@ class Config:
     jit_compile: bool = False
 
     def __post_init__(self):
-        for name in ("tasks", "methods", "sparsities", "seeds", "mlp_units", "cnn_filters"):
+        for name in (
+            "tasks",
+            "methods",
+            "sparsities",
+            "seeds",
+            "mlp_units",
+            "cnn_filters",
+        ):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
@@ -74,7 +81,13 @@ class Config:
                     f" tuple. Received: {name}={value!r}"
                 )
         self._check_choices()
-        for name in ("train_steps", "batch_size", "eval_every", "steps_per_execution", "delta_t"):
+        for name in (
+            "train_steps",
+            "batch_size",
+            "eval_every",
+            "steps_per_execution",
+            "delta_t",
+        ):
             _check_int(name, getattr(self, name), minimum=1)
         for name in ("mlp_units", "cnn_filters"):
             for item in getattr(self, name):
@@ -94,7 +107,12 @@ class Config:
             )
         for item in self.sparsities:
             _check_fraction("sparsities", item, received=self.sparsities)
-        for name in ("alpha", "t_end_fraction", "prune_begin_fraction", "prune_end_fraction"):
+        for name in (
+            "alpha",
+            "t_end_fraction",
+            "prune_begin_fraction",
+            "prune_end_fraction",
+        ):
             _check_fraction(name, getattr(self, name), closed=True)
         if self.prune_begin_fraction >= self.prune_end_fraction:
             raise ValueError(
@@ -153,7 +171,11 @@ class Config:
 
 
 def _check_int(name, value, minimum, received=None):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < minimum
+    ):
         kind = "positive" if minimum == 1 else "non-negative"
         expected = f"a {kind} integer" if received is None else f"{kind} integers"
         raise ValueError(
@@ -172,7 +194,9 @@ def _check_fraction(name, value, upper=1.0, closed=False, received=None):
     )
     if not ok:
         interval = "(0, 1]" if closed else "(0, 1)"
-        expected = "a positive number" if upper == math.inf else f"a number in {interval}"
+        expected = (
+            "a positive number" if upper == math.inf else f"a number in {interval}"
+        )
         if received is not None:
             expected = f"numbers in {interval}"
         raise ValueError(
@@ -207,7 +231,9 @@ def run(config, workdir, callbacks_for=None):
       sizes, and `wall_seconds`.
     """
     start = time.perf_counter()
-    data = {name: train.load_data(name) for name in {t.split("/")[0] for t in config.tasks}}
+    data = {
+        name: train.load_data(name) for name in {t.split("/")[0] for t in config.tasks}
+    }
     os.makedirs(workdir, exist_ok=True)
     common.write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(config))
     extra = callbacks_for or (lambda task, method, sparsity, seed: [])
@@ -233,8 +259,13 @@ def run(config, workdir, callbacks_for=None):
                 logging.info(
                     "%s %s sparsity %.2f seed %d: test accuracy %.4f, kernel density"
                     " %.4f, %.1f s",
-                    task, method, sparsity, seed, result["test_accuracy"],
-                    result["kernel_density"]["all"], result["seconds"],
+                    task,
+                    method,
+                    sparsity,
+                    seed,
+                    result["test_accuracy"],
+                    result["kernel_density"]["all"],
+                    result["seconds"],
                 )
                 key = (task, method)
                 if key not in writers:
@@ -263,5 +294,7 @@ def run(config, workdir, callbacks_for=None):
     with open(os.path.join(workdir, "table.md"), "w") as f:
         f.write(table)
     report.figure(summary, config, os.path.join(workdir, "sparse_training.png"))
-    logging.info("%d trainings in %.1f s\n%s", len(results), metrics["wall_seconds"], table)
+    logging.info(
+        "%d trainings in %.1f s\n%s", len(results), metrics["wall_seconds"], table
+    )
     return metrics

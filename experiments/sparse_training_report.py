@@ -1,4 +1,4 @@
-"""What a sparse training run reports: the summary over seeds, a table, a figure, scalars.
+"""What a sparse training run reports: summary over seeds, table, figure, scalars.
 
 `summarize` turns the results of `sparse_training_lib.run` into the mean and
 spread of the test accuracy per task, method and sparsity; `table` writes
@@ -83,7 +83,7 @@ def _cell(spread):
 
 
 def table(summary, config):
-    """Returns the summary as Markdown: per task, a row per sparsity, a column per method.
+    """Returns the summary as Markdown: per task a row per sparsity, a column per method.
 
     Cells are the test accuracy in percent, mean ± std over the seeds; the
     dense column repeats the one dense result; the last column is the
@@ -145,12 +145,20 @@ def figure(summary, config, path):
                 for k in ("mean", "min", "max")
             )
             if method == "dense":
-                line = axes.axhline(mean[0], color="black", linestyle="--", label="dense")
+                line = axes.axhline(
+                    mean[0], color="black", linestyle="--", label="dense"
+                )
                 axes.axhspan(low[0], high[0], color=line.get_color(), alpha=0.1)
                 continue
             axes.errorbar(
-                x, mean, yerr=[mean - low, high - mean], label=_LABELS[method],
-                color=_COLORS[method], marker="o", markersize=4, capsize=3,
+                x,
+                mean,
+                yerr=[mean - low, high - mean],
+                label=_LABELS[method],
+                color=_COLORS[method],
+                marker="o",
+                markersize=4,
+                capsize=3,
             )
         axes.set_xticks(x, [f"{v:g}" for v in x])
         axes.set_xlabel("Sparsity (%)")

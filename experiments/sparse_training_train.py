@@ -192,9 +192,9 @@ def batches(data, config, seed):
     rng = np.random.default_rng([seed, 0])
     needed = config.train_steps * config.batch_size
     passes = -(-needed // len(data.x_train))
-    order = np.concatenate(
-        [rng.permutation(len(data.x_train)) for _ in range(passes)]
-    )[:needed]
+    order = np.concatenate([rng.permutation(len(data.x_train)) for _ in range(passes)])[
+        :needed
+    ]
     dataset = tf.data.Dataset.from_tensor_slices(
         (data.x_train[order], data.y_train[order])
     )

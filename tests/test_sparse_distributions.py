@@ -129,7 +129,9 @@ def test_scaled_distributions_meet_the_budget(shapes, target, distribution):
         assert max(eps.values()) == pytest.approx(min(eps.values()), rel=1e-9)
         dense = [n for n in named if result[n] == 0]
         if dense:
-            assert min(raw[n] for n in dense) >= max(raw[n] for n in scaled) * (1 - 1e-12)
+            assert min(raw[n] for n in dense) >= max(raw[n] for n in scaled) * (
+                1 - 1e-12
+            )
 
 
 @pytest.mark.parametrize(
@@ -139,12 +141,21 @@ def test_scaled_distributions_meet_the_budget(shapes, target, distribution):
         (dict(sparsity=-0.1), r"Received: -0.1"),
         (dict(sparsity=True), r"Received: True"),
         (dict(distribution="random"), r"RigL's name for the uniform"),
-        (dict(distribution="erk"), r"distribution must be one of.*Received: distribution='erk'"),
+        (
+            dict(distribution="erk"),
+            r"distribution must be one of.*Received: distribution='erk'",
+        ),
         (dict(custom_sparsity_map={"z": 0.5}), r"names \['z'\].*not among"),
-        (dict(custom_sparsity_map={"a": 1.5}), r"custom_sparsity_map\['a'\].*Received: 1.5"),
+        (
+            dict(custom_sparsity_map={"a": 1.5}),
+            r"custom_sparsity_map\['a'\].*Received: 1.5",
+        ),
         (dict(custom_sparsity_map=[("a", 0.5)]), r"must be None or a dict"),
         (dict(erk_power_scale=0), r"erk_power_scale must be a positive.*Received"),
-        (dict(shapes={"a": (3, 0)}), r"weight 'a' must be a non-empty tuple of positive"),
+        (
+            dict(shapes={"a": (3, 0)}),
+            r"weight 'a' must be a non-empty tuple of positive",
+        ),
         (dict(shapes={}), r"non-empty dict"),
         (
             dict(shapes={"a": (3,), "b": (3, 4)}, distribution="erdos_renyi"),

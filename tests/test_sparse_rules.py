@@ -1,4 +1,4 @@
-"""SET and RigL rules: allocation over a model, initial masks, updates, config, replicas."""
+"""SET and RigL: allocation over a model, initial masks, updates, config, replicas."""
 
 import json
 import os
@@ -101,10 +101,14 @@ def test_allocate_refuses_a_model_without_prunable_weights_and_shared_names():
     bare = keras.Sequential([keras.Input((3,)), keras.layers.BatchNormalization()])
     with pytest.raises(ValueError, match="no prunable weights"):
         sparse.allocate(bare, 0.5)
-    inner = lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(4, name="d")])  # noqa: E731
+    inner = lambda: keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(4, name="d")]
+    )  # noqa: E731
     inputs = keras.Input((4,))
     model = keras.Model(inputs, inner()(inner()(inputs)))
-    with pytest.raises(ValueError, match="2 layers with prunable weights have that name"):
+    with pytest.raises(
+        ValueError, match="2 layers with prunable weights have that name"
+    ):
         sparse.allocate(model, 0.5, custom_sparsity_map={"d": 0.0})
 
 
@@ -180,11 +184,13 @@ def test_initial_keep_masks_keep_what_set_mask_freezes():
     )
     np.testing.assert_array_equal(masks["sequential/hidden/kernel"], frozen)
     unfrozen = dict((v.path, m) for v, m in rule.initial_keep_masks(model))
-    np.testing.assert_array_equal(masks["sequential/head/kernel"], unfrozen["sequential/head/kernel"])
+    np.testing.assert_array_equal(
+        masks["sequential/head/kernel"], unfrozen["sequential/head/kernel"]
+    )
 
 
 def _state(model, rule, seed=0):
-    """(variable, weights with the initial mask applied, keep) for each covered weight."""
+    """(variable, weights under the initial mask, keep) for each covered weight."""
     rng = np.random.default_rng(seed)
     out = []
     for variable, keep in rule.initial_keep_masks(model):
@@ -196,7 +202,9 @@ def _state(model, rule, seed=0):
 @pytest.mark.parametrize("mode_name", ["eager", "graph", "jit"])
 def test_rigl_grows_where_a_separately_computed_gradient_is_largest(mode_name):
     # A linear model with MSE: the gradient of the kernel is 2/n X^T (X W - Y).
-    model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(8, use_bias=False)])
+    model = keras.Sequential(
+        [keras.Input((12,)), keras.layers.Dense(8, use_bias=False)]
+    )
     rule = sparse.RigL(0.75, t_end=1000, alpha=0.5, drop_fraction_anneal="constant")
     ((variable, weights, keep),) = _state(model, rule)
     rng = np.random.default_rng(1)
@@ -325,7 +333,10 @@ def test_config_round_trips_through_keras_serialization(rule_class):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(sparsity=0.0), r"SET: sparsity must be a number in \(0, 1\).*sparsity=0.0"),
+        (
+            dict(sparsity=0.0),
+            r"SET: sparsity must be a number in \(0, 1\).*sparsity=0.0",
+        ),
         (dict(sparsity=1), r"Received: sparsity=1"),
         (dict(t_end=0), r"t_end must be a positive integer"),
         (dict(delta_t=-5), r"delta_t must be a positive integer"),

@@ -53,7 +53,9 @@ def test_cosine_updates_every_delta_t_until_t_end_with_rigls_fraction(traced):
 
 
 def test_constant_updates_at_t_end_too(traced):
-    schedule = sparse.UpdateSchedule(50, 200, alpha=0.2, drop_fraction_anneal="constant")
+    schedule = sparse.UpdateSchedule(
+        50, 200, alpha=0.2, drop_fraction_anneal="constant"
+    )
     update, fraction = _along(schedule, traced, np.arange(0, 400))
     assert np.flatnonzero(update).tolist() == [49, 99, 149, 199]
     assert schedule.update_steps() == [49, 99, 149, 199]
@@ -61,7 +63,9 @@ def test_constant_updates_at_t_end_too(traced):
 
 
 def test_begin_step_is_the_first_update_and_the_grid_starts_there(traced):
-    schedule = sparse.UpdateSchedule(100, 450, begin_step=30, drop_fraction_anneal="constant")
+    schedule = sparse.UpdateSchedule(
+        100, 450, begin_step=30, drop_fraction_anneal="constant"
+    )
     update, _ = _along(schedule, traced, np.arange(0, 600))
     assert np.flatnonzero(update).tolist() == [29, 129, 229, 329, 429]
     assert schedule.update_steps() == [29, 129, 229, 329, 429]
@@ -106,7 +110,10 @@ def test_config_round_trips_and_repr_names_the_arguments():
         (dict(t_end=None), r"t_end must be a positive integer.*Received: t_end=None"),
         (dict(begin_step=-1), r"begin_step must be a non-negative"),
         (dict(begin_step=2000), r"begin_step must not be after t_end"),
-        (dict(alpha=0.0), r"alpha .* must be a number in \(0, 1\].*Received: alpha=0.0"),
+        (
+            dict(alpha=0.0),
+            r"alpha .* must be a number in \(0, 1\].*Received: alpha=0.0",
+        ),
         (dict(alpha=1.5), r"Received: alpha=1.5"),
         (dict(drop_fraction_anneal="exponential_3"), r"'cosine' or 'constant'"),
     ],
@@ -120,5 +127,10 @@ def test_bad_arguments_raise_one_clear_error(kwargs, message):
 
 def test_fraction_formula_at_a_few_points():
     schedule = sparse.UpdateSchedule(100, 1000, alpha=0.3)
-    for t, expected in [(0, 0.3), (500, 0.15), (1000, 0.0), (250, 0.15 * (1 + math.cos(math.pi / 4)))]:
+    for t, expected in [
+        (0, 0.3),
+        (500, 0.15),
+        (1000, 0.0),
+        (250, 0.15 * (1 + math.cos(math.pi / 4))),
+    ]:
         assert schedule.drop_fraction_at(t) == pytest.approx(expected, abs=1e-7)

@@ -121,7 +121,9 @@ def test_static_starts_from_the_dense_weights_of_the_seed(tiny):
         dense = records[task, "dense", 0.0, 0]["start"]
         static = records[task, "static", sparsity, 0]
         for name, mask in static["masks"].items():
-            np.testing.assert_array_equal(static["start"][name][mask], dense[name][mask])
+            np.testing.assert_array_equal(
+                static["start"][name][mask], dense[name][mask]
+            )
 
 
 def test_pruning_reaches_each_layers_sparsity_and_keeps_it(tiny):
@@ -131,7 +133,8 @@ def test_pruning_reaches_each_layers_sparsity_and_keeps_it(tiny):
     for task, sparsity in _sparse_keys(TINY):
         record = records[task, "pruning", sparsity, 0]
         result = next(
-            r for r in metrics["results"]
+            r
+            for r in metrics["results"]
             if (r["task"], r["method"], r["sparsity"]) == (task, "pruning", sparsity)
         )
         zeros_at_end = None
@@ -152,7 +155,8 @@ def test_sparse_methods_train_as_many_weights_per_layer(tiny):
     _, metrics, _ = tiny
     for task, sparsity in _sparse_keys(TINY):
         found = {
-            r["method"]: r for r in metrics["results"]
+            r["method"]: r
+            for r in metrics["results"]
             if r["task"] == task and r["sparsity"] == sparsity
         }
         static, pruned = found["static"], found["pruning"]
@@ -169,9 +173,14 @@ def test_allocation_is_erk_over_the_models_kernels(tiny):
             assert result["allocated"] == {} and result["kernel_density"]["all"] == 1.0
             continue
         model = train.build_model(
-            result["task"].split("/")[1], 64 if "digits" in result["task"] else 40, 10, TINY
+            result["task"].split("/")[1],
+            64 if "digits" in result["task"] else 40,
+            10,
+            TINY,
         )
-        expected = sparse.allocate(model, result["sparsity"], TINY.sparsity_distribution)
+        expected = sparse.allocate(
+            model, result["sparsity"], TINY.sparsity_distribution
+        )
         assert result["allocated"] == {e.layer.name: e.sparsity for e in expected}
 
 
@@ -208,8 +217,14 @@ def test_run_writes_config_metrics_table_figure_and_events(tiny):
 
 def test_summary_spreads_over_seeds():
     results = [
-        {"task": "t", "method": "static", "sparsity": 0.9, "seed": seed,
-         "test_accuracy": acc, "kernel_density": {"all": 0.1}}
+        {
+            "task": "t",
+            "method": "static",
+            "sparsity": 0.9,
+            "seed": seed,
+            "test_accuracy": acc,
+            "kernel_density": {"all": 0.1},
+        }
         for seed, acc in ((2, 0.6), (0, 0.4))
     ]
     (row,) = report.summarize(results)["t"]["static"]
@@ -230,7 +245,11 @@ def test_dynamic_methods_wait_for_the_step_machinery():
     # Their rules are made from the config all the same.
     rule = train.dynamic_rule("rigl", 0.9, TINY, seed=3)
     assert rule == sparse.RigL(
-        0.9, t_end=18, delta_t=4, alpha=0.3, sparsity_distribution="erdos_renyi_kernel",
+        0.9,
+        t_end=18,
+        delta_t=4,
+        alpha=0.3,
+        sparsity_distribution="erdos_renyi_kernel",
         seed=3,
     )
 
@@ -265,7 +284,9 @@ def test_config_passes_the_rules_own_errors_up():
         Config(drop_fraction_anneal="linear")
 
 
-MAIN_SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "sparse_training_main.py")
+MAIN_SCRIPT = os.path.join(
+    os.path.dirname(__file__), "scripts", "sparse_training_main.py"
+)
 
 BAD_FLAGS = {
     "--sparsities=0.9,x": "--sparsities takes comma-separated floats",
@@ -295,7 +316,9 @@ def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
             f"--workdir={good}",
         ]
     )
-    argvs.append(["sparse_training", "--train_steps=0", f"--workdir={tmp_path / 'cli'}"])
+    argvs.append(
+        ["sparse_training", "--train_steps=0", f"--workdir={tmp_path / 'cli'}"]
+    )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)
     result = subprocess.run(

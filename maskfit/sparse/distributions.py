@@ -80,7 +80,9 @@ def layer_sparsities(
     {'a': 0.9, 'b': 0.9}
     """
     shapes = _check_shapes(shapes)
-    custom = check_arguments(sparsity, distribution, custom_sparsity_map, erk_power_scale)
+    custom = check_arguments(
+        sparsity, distribution, custom_sparsity_map, erk_power_scale
+    )
     unknown = sorted(set(custom) - set(shapes))
     if unknown:
         raise ValueError(

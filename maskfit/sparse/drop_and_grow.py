@@ -18,7 +18,9 @@ import tensorflow as tf
 __all__ = ["DropGrow", "drop_count", "drop_grow", "set_scores", "variable_key"]
 
 
-class DropGrow(collections.namedtuple("DropGrow", ["keep", "dropped", "grown", "count"])):
+class DropGrow(
+    collections.namedtuple("DropGrow", ["keep", "dropped", "grown", "count"])
+):
     """What one update did to a variable.
 
     Attributes:
@@ -179,7 +181,9 @@ _GOLDEN = 0x9E3779B9  # 2**32 / golden ratio: spreads consecutive indices
 
 def _fmix32(h):
     """murmur3's finalizer on uint32 tensors (wrapping arithmetic)."""
-    shift = lambda x, n: tf.bitwise.right_shift(x, tf.constant(n, tf.uint32))  # noqa: E731
+    shift = lambda x, n: tf.bitwise.right_shift(
+        x, tf.constant(n, tf.uint32)
+    )  # noqa: E731
     h = (h ^ shift(h, 16)) * tf.constant(0x85EBCA6B, tf.uint32)
     h = (h ^ shift(h, 13)) * tf.constant(0xC2B2AE35, tf.uint32)
     return h ^ shift(h, 16)

@@ -43,7 +43,11 @@ def random_keep_mask(shape, sparsity, seed, key=0, frozen=None):
     True
     """
     for name, value in (("seed", seed), ("key", key)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, np.integer))
+            or value < 0
+        ):
             raise ValueError(
                 f"random_keep_mask: {name} must be a non-negative integer."
                 f" Received: {name}={value!r}"

@@ -146,7 +146,7 @@ class DynamicSparsity(abc.ABC):
     # In the step: TensorFlow only.
 
     def should_update(self, step):
-        """Whether optimizer step `step` (`iterations` before the update) moves connections."""
+        """Whether optimizer step `step` (`iterations` before it) moves connections."""
         return self.schedule.should_update(step)
 
     def drop_fraction(self, step):

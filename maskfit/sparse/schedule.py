@@ -37,6 +37,7 @@ class _NumPy:
     constant = staticmethod(lambda value, dtype: dtype(value))
     cast = staticmethod(lambda value, dtype: dtype(value))
 
+
 ANNEALS = ("cosine", "constant")
 
 
@@ -64,7 +65,11 @@ class UpdateSchedule:
     """
 
     def __init__(
-        self, delta_t=100, t_end=None, alpha=0.3, drop_fraction_anneal="cosine",
+        self,
+        delta_t=100,
+        t_end=None,
+        alpha=0.3,
+        drop_fraction_anneal="cosine",
         begin_step=0,
     ):
         _check_int("delta_t", delta_t, minimum=1)
@@ -113,7 +118,8 @@ class UpdateSchedule:
         """A scalar bool tensor: whether the masks change in optimizer step `step`."""
         t = self.training_step(step)
         on_grid = tf.logical_and(
-            t >= self.begin_step, tf.math.floormod(t - self.begin_step, self.delta_t) == 0
+            t >= self.begin_step,
+            tf.math.floormod(t - self.begin_step, self.delta_t) == 0,
         )
         in_range = tf.logical_and(on_grid, t <= self.t_end)
         if self.drop_fraction_anneal == "cosine":
