@@ -243,16 +243,12 @@ def test_set_scores_differ_by_seed_step_and_key_and_look_uniform():
     assert counts.min() > 1800 and counts.max() < 2200  # 2000 expected per bin
 
 
-def test_variable_key_is_the_crc32_of_the_path():
-    class Variable:
-        path = "sequential/dense/kernel"
-
+def test_variable_key_is_the_crc32_of_the_key():
     import zlib
 
-    assert (
-        sparse.variable_key(Variable())
-        == zlib.crc32(b"sequential/dense/kernel") & 0x7FFFFFFF
-    )
+    assert sparse.variable_key("dense/kernel") == zlib.crc32(b"dense/kernel") & 0x7FFFFFFF
+    with pytest.raises(TypeError, match="expects a variable's key"):
+        sparse.variable_key(3)
 
 
 def test_unknown_shapes_are_refused():

@@ -1,18 +1,14 @@
-"""SET and RigL: allocation over a model, initial masks, updates, config, replicas."""
+"""SET and RigL as objects: allocation over a model, initial masks, one update, config."""
 
 import json
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from maskfit import pruning
 from maskfit import sparse
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _mlp():
@@ -156,44 +152,62 @@ def test_random_keep_mask_refuses_bad_arguments(kwargs, message):
 def test_rule_covers_the_sparse_weights_and_starts_from_seeded_masks(rule_class):
     model = _mlp()
     rule = rule_class(0.9, t_end=1000, dense_first_layer=True, seed=3)
-    assert [v.path for v in rule.variables(model)] == [
+    covered = rule.variables(model)
+    assert [v.path for v in covered] == [
         "sequential/hidden/kernel",
         "sequential/head/kernel",
     ]
-    initial = rule.initial_keep_masks(model)
+    initial = rule.initial_keep_masks(covered, [None, None])
     entries = rule.allocation(model)[1:]
-    for (variable, mask), entry in zip(initial, entries):
-        assert variable is entry.variable
+    assert [e.key for e in entries] == ["hidden/kernel", "head/kernel"]
+    for mask, entry in zip(initial, entries):
         assert mask.sum() == entry.active
-    # SET and RigL of one seed (and the static baseline) start alike.
+    # SET and RigL of one seed, and the static baseline, start alike.
     other = (sparse.RigL if rule_class is sparse.SET else sparse.SET)(
         0.9, t_end=5, dense_first_layer=True, seed=3
     )
-    for (_, a), (_, b) in zip(initial, other.initial_keep_masks(model)):
+    for a, b, c in zip(
+        initial,
+        other.initial_keep_masks(other.variables(model), [None, None]),
+        sparse.random_keep_masks(entries, seed=3),
+    ):
         np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
 
 
 def test_initial_keep_masks_keep_what_set_mask_freezes():
     model = _mlp()
     rule = sparse.RigL(0.9, t_end=1000, sparsity_distribution="uniform")
+    covered = rule.variables(model)
     frozen = np.zeros((64, 32), bool)
     frozen[:, :4] = True  # 256 entries, more than the 205 the layer keeps
-    masks = dict(
-        (v.path, m)
-        for v, m in rule.initial_keep_masks(model, {"sequential/hidden/kernel": frozen})
-    )
-    np.testing.assert_array_equal(masks["sequential/hidden/kernel"], frozen)
-    unfrozen = dict((v.path, m) for v, m in rule.initial_keep_masks(model))
-    np.testing.assert_array_equal(
-        masks["sequential/head/kernel"], unfrozen["sequential/head/kernel"]
-    )
+    masks = rule.initial_keep_masks(covered, [None, frozen, None])
+    np.testing.assert_array_equal(masks[1], frozen)
+    unfrozen = rule.initial_keep_masks(covered, [None] * 3)
+    for i in (0, 2):
+        np.testing.assert_array_equal(masks[i], unfrozen[i])
+
+
+def test_a_layer_with_its_own_rule_stays_out_of_the_budget():
+    model = _mlp()
+    pruning.prune_low_magnitude(model.get_layer("hidden"))
+    rule = sparse.RigL(0.8, t_end=1000, sparsity_distribution="uniform")
+    assert [v.path for v in rule.variables(model)] == [
+        "sequential/first/kernel",
+        "sequential/head/kernel",
+    ]
+    with pytest.raises(ValueError, match="names layer 'hidden', which owns no"):
+        sparse.RigL(0.8, t_end=9, custom_sparsity_map={"hidden": 0.5}).variables(model)
+    model.get_layer("first").trainable = False
+    assert [v.path for v in rule.variables(model)] == ["sequential/head/kernel"]
 
 
 def _state(model, rule, seed=0):
     """(variable, weights under the initial mask, keep) for each covered weight."""
     rng = np.random.default_rng(seed)
     out = []
-    for variable, keep in rule.initial_keep_masks(model):
+    covered = rule.variables(model)
+    for variable, keep in zip(covered, rule.initial_keep_masks(covered, [None] * len(covered))):
         weights = rng.standard_normal(keep.shape).astype(np.float32) * keep
         out.append((variable, tf.constant(weights), tf.constant(keep)))
     return out
@@ -248,21 +262,25 @@ def test_set_grows_set_scores_and_is_the_same_in_every_mode(mode_name):
     )
     rule = sparse.SET(0.9, t_end=1000, seed=11)
     state = _state(model, rule)
+    keys = [e.key for e in rule.allocation(model)]
 
     def update(step):
         return [rule.update(step, v, w, k).keep for v, w, k in state]
 
-    expected = [k.numpy() for k in update(tf.constant(199, tf.int64))]
+    # SET moves after training step 200 at the start of step 201 (iterations 200).
+    expected = [k.numpy() for k in update(tf.constant(200, tf.int64))]
     if mode_name != "eager":
         update = tf.function(update, jit_compile=mode_name == "jit")
-    keeps = update(tf.constant(199, tf.int64))
+    keeps = update(tf.constant(200, tf.int64))
+    idle = update(tf.constant(199, tf.int64))
     fraction = rule.schedule.drop_fraction_at(200)
-    for (variable, weights, keep), new in zip(state, keeps):
+    for (variable, weights, keep), new, still, key in zip(state, keeps, idle, keys):
         new = new.numpy()
+        np.testing.assert_array_equal(still, keep)
         assert new.sum() == keep.numpy().sum()
         moved = int(np.float32(keep.numpy().sum()) * np.float32(fraction))
         assert np.sum(new & ~keep.numpy()) == moved > 0
-        scores = sparse.set_scores(keep.shape, 11, 199, sparse.variable_key(variable))
+        scores = sparse.set_scores(keep.shape, 11, 200, sparse.variable_key(key))
         inactive = np.flatnonzero(~keep.numpy().ravel())
         best = inactive[np.argsort(-scores.numpy().ravel()[inactive], kind="stable")]
         np.testing.assert_array_equal(
@@ -272,14 +290,30 @@ def test_set_grows_set_scores_and_is_the_same_in_every_mode(mode_name):
         np.testing.assert_array_equal(a.numpy(), b)
 
 
-def test_update_all_is_update_per_variable():
+def test_set_runs_one_step_after_rigl_and_both_end_with_the_schedule():
+    steps = tf.range(0, 1200, dtype=tf.int64)
+    set_rule, rigl = (c(0.5, t_end=1000) for c in (sparse.SET, sparse.RigL))
+    schedule = rigl.schedule.update_steps()
+    assert np.flatnonzero(rigl.should_update(steps)).tolist() == schedule
+    assert np.flatnonzero(set_rule.should_update(steps)).tolist() == [
+        s + 1 for s in schedule
+    ]
+    assert (rigl.last_update_step(), set_rule.last_update_step()) == (899, 900)
+    np.testing.assert_array_equal(
+        set_rule.drop_fraction(steps[1:]), rigl.drop_fraction(steps[:-1])
+    )
+
+
+def test_keep_masks_is_update_per_variable_with_its_handle():
     model = _mlp()
     rule = sparse.SET(0.8, t_end=1000, drop_fraction_anneal="constant")
     state = _state(model, rule)
     variables, weights, keeps = zip(*state)
-    together = rule.update_all(tf.constant(99), variables, weights, keeps)
-    for (v, w, k), result in zip(state, together):
-        np.testing.assert_array_equal(result.keep, rule.update(99, v, w, k).keep)
+    handles = [v.value for v in variables]  # what the step passes
+    together = rule.keep_masks(tf.constant(100), handles, weights, [None] * 3, keeps)
+    for (v, w, k), keep in zip(state, together):
+        np.testing.assert_array_equal(keep, rule.update(100, v, w, k).keep)
+        assert not np.array_equal(keep, k)
 
 
 def test_rigl_takes_embedding_gradients_as_indexed_slices():
@@ -355,68 +389,3 @@ def test_constructor_refuses_bad_arguments(kwargs, message):
     arguments.update(kwargs)
     with pytest.raises(ValueError, match=message):
         sparse.SET(**arguments)
-
-
-_REPLICAS_SCRIPT = """
-import json, sys
-import numpy as np
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(
-    cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import keras
-from maskfit import sparse
-
-strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-with strategy.scope():
-    model = keras.Sequential([keras.Input((40,)), keras.layers.Dense(64),
-                              keras.layers.Dense(10)])
-out = {}
-for rule in (sparse.SET(0.9, t_end=1000, seed=5), sparse.RigL(0.9, t_end=1000)):
-    state = []
-    for variable, keep in rule.initial_keep_masks(model):
-        # Ties on purpose: weights and gradients on a coarse grid.
-        w = np.round(np.random.default_rng(0).standard_normal(keep.shape), 0) * keep
-        g = np.round(np.random.default_rng(1).standard_normal(keep.shape), 0)
-        state.append((variable, tf.constant(w, tf.float32), tf.constant(keep),
-                      tf.constant(g, tf.float32)))
-
-    @tf.function
-    def step():
-        def replica():
-            context = tf.distribute.get_replica_context()
-            results = []
-            for variable, w, k, g in state:
-                summed = context.all_reduce("sum", g)
-                results.append(rule.update(tf.constant(99, tf.int64), variable, w, k,
-                                           gradient=summed).keep)
-            return results
-        return strategy.run(replica)
-
-    per_replica = step()
-    out[type(rule).__name__] = [
-        [np.asarray(v).tolist() for v in strategy.experimental_local_results(r)]
-        for r in per_replica
-    ]
-print(json.dumps(out))
-"""
-
-
-def test_replicas_of_a_mirrored_strategy_choose_the_same_entries():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)
-    result = subprocess.run(
-        [sys.executable, "-c", _REPLICAS_SCRIPT],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.splitlines()[-1])
-    for name, variables in out.items():
-        for replicas in variables:
-            assert len(replicas) == 2
-            np.testing.assert_array_equal(replicas[0], replicas[1], name)
-            assert np.sum(replicas[0]) > 0

@@ -1,9 +1,11 @@
 """maskfit.sparse: dynamic sparse training (SET, RigL) and its parts.
 
-Per-layer sparsities at a global budget (uniform, Erdos-Renyi, ERK), RigL's
-update schedule, one traceable drop-and-grow update per variable, random
-initial masks, and the `SET` and `RigL` rules that put them together with
-RigL's parameter names.
+`sparsify(model, "rigl", sparsity=0.9, t_end=...)` makes a model train
+sparse from its first step; the `SET` and `RigL` mask rules it declares put
+together per-layer sparsities at a global budget (uniform, Erdos-Renyi,
+ERK), RigL's update schedule, one traceable drop-and-grow update per
+variable and random initial masks, with RigL's parameter names.
+docs/sparse_training.md has the details.
 """
 
 from maskfit.sparse.allocation import LayerSparsity
@@ -24,6 +26,7 @@ from maskfit.sparse.rules import RigL
 from maskfit.sparse.rules import SET
 from maskfit.sparse.schedule import ANNEALS
 from maskfit.sparse.schedule import UpdateSchedule
+from maskfit.sparse.sparsify import sparsify
 
 __all__ = [
     "active_count",
@@ -42,6 +45,7 @@ __all__ = [
     "RigL",
     "set_scores",
     "SET",
+    "sparsify",
     "UpdateSchedule",
     "variable_key",
 ]

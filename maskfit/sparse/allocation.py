@@ -2,7 +2,8 @@
 
 `allocate` lists a model's (or a layer's) prunable weights, as
 `maskfit.pruning.prunable_weights` finds them (kernels and embeddings, never
-biases or normalization parameters), and gives each the sparsity of a
+biases or normalization parameters; trainable ones only), and gives each the
+sparsity of a
 distribution of `maskfit.sparse.distributions` (uniform, Erdos-Renyi, ERK),
 with the first layer dense on request and per-layer overrides, as RigL's
 `mask_init_method`, `first_layer_sparsity=0` and `custom_sparsity_map`.
@@ -12,6 +13,7 @@ import collections
 
 import numpy as np
 
+from maskfit import paths
 from maskfit import pruning
 from maskfit.sparse import distributions
 
@@ -19,7 +21,9 @@ __all__ = ["LayerSparsity", "allocate", "overall_sparsity"]
 
 
 class LayerSparsity(
-    collections.namedtuple("LayerSparsity", ["layer", "variable", "sparsity", "active"])
+    collections.namedtuple(
+        "LayerSparsity", ["layer", "variable", "sparsity", "active", "key"]
+    )
 ):
     """The sparsity of one prunable weight.
 
@@ -28,6 +32,9 @@ class LayerSparsity(
       variable: the weight.
       sparsity: its fraction of zeros, a float in [0, 1).
       active: how many of its entries are active (`active_count`).
+      key: the weight's name under the allocated layer, its layer path and
+        name (`"dense_1/kernel"`), as maskfit keys saved state: the same in a
+        model rebuilt from its config, so random draws keyed by it are too.
     """
 
 
@@ -38,6 +45,7 @@ def allocate(
     dense_first_layer=False,
     custom_sparsity_map=None,
     erk_power_scale=1.0,
+    exclude=(),
 ):
     """Returns a `LayerSparsity` per prunable weight of `layer`, in model order.
 
@@ -57,6 +65,9 @@ def allocate(
       custom_sparsity_map: None, or `{layer name: sparsity}` for layers that
         own prunable weights (0 keeps a layer dense).
       erk_power_scale: as for `layer_sparsities`.
+      exclude: weights to leave out of the allocation and its budget (those
+        another rule covers, e.g. a layer pruned by `prune_low_magnitude`).
+        Non-trainable weights are always left out.
 
     Returns:
       A list of `LayerSparsity`.
@@ -75,27 +86,39 @@ def allocate(
     ...  for e in allocate(model, 0.8)]
     [('dense', 0.86, 560), ('dense_1', 0.56, 440)]
     """
-    owners = pruning.prunable_layers(layer)
+    left_out = {id(v) for v in exclude}
+    owners = [
+        (owner, [v for v in variables if v.trainable and id(v) not in left_out])
+        for owner, variables in pruning.prunable_layers(layer)
+    ]
     entries = [(owner, v) for owner, variables in owners for v in variables]
     if not entries:
         raise ValueError(
-            f"Layer '{layer.name}' has no prunable weights (kernels or embeddings),"
-            " so there is nothing to make sparse."
+            f"Layer '{layer.name}' has no prunable weights (trainable kernels or"
+            " embeddings that no other rule covers), so there is nothing to make"
+            " sparse."
         )
-    custom = _custom_by_path(owners, dense_first_layer, custom_sparsity_map)
-    shapes = {v.path: tuple(v.shape) for _, v in entries}
+    variables = [v for _, v in entries]
+    keys = dict(zip(map(id, variables), paths.variable_keys(layer, variables)))
+    custom = _custom_by_key(owners, keys, dense_first_layer, custom_sparsity_map)
+    shapes = {keys[id(v)]: tuple(v.shape) for _, v in entries}
     sparsities = distributions.layer_sparsities(
         shapes, sparsity, distribution, custom, erk_power_scale
     )
-    return [
-        LayerSparsity(
-            owner,
-            v,
-            sparsities[v.path],
-            distributions.active_count(int(np.prod(v.shape)), sparsities[v.path]),
+    found = []
+    for owner, v in entries:
+        key = keys[id(v)]
+        size = int(np.prod(v.shape))
+        found.append(
+            LayerSparsity(
+                owner,
+                v,
+                sparsities[key],
+                distributions.active_count(size, sparsities[key]),
+                key,
+            )
         )
-        for owner, v in entries
-    ]
+    return found
 
 
 def overall_sparsity(entries):
@@ -104,8 +127,8 @@ def overall_sparsity(entries):
     return 1.0 - sum(e.active for e in entries) / size
 
 
-def _custom_by_path(owners, dense_first_layer, custom_sparsity_map):
-    """`{variable path: sparsity}` from layer names, checked."""
+def _custom_by_key(owners, keys, dense_first_layer, custom_sparsity_map):
+    """`{variable key: sparsity}` from layer names, checked."""
     if not isinstance(dense_first_layer, bool):
         raise ValueError(
             f"dense_first_layer must be True or False. Received: {dense_first_layer!r}"
@@ -148,5 +171,5 @@ def _custom_by_path(owners, dense_first_layer, custom_sparsity_map):
             value = custom_sparsity_map[owner.name]
         else:
             continue
-        custom.update({v.path: value for v in variables})
+        custom.update({keys[id(v)]: value for v in variables})
     return custom

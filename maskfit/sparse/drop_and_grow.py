@@ -161,19 +161,24 @@ def set_scores(shape, seed, step, key):
     return tf.reshape(uniform, shape)
 
 
-def variable_key(variable):
-    """A stable integer for a variable: CRC-32 of its path (same in every process).
+def variable_key(key):
+    """A stable integer for a variable's key (a str): its CRC-32, the same in every process.
 
+    `key` is the variable's `LayerSparsity.key` (its layer path and name).
     Python's `hash` of a string changes between processes, so RigL's
     `hash(var.name)` seeds differ between workers; this does not.
 
     Example:
 
-    >>> class V: path = "dense/kernel"
-    >>> variable_key(V())
+    >>> variable_key("dense/kernel")
     988593171
     """
-    return zlib.crc32(variable.path.encode()) & 0x7FFFFFFF
+    if not isinstance(key, str):
+        raise TypeError(
+            "variable_key expects a variable's key (a str such as"
+            f" 'dense_1/kernel'). Received: {key!r} of type {type(key).__name__}"
+        )
+    return zlib.crc32(key.encode()) & 0x7FFFFFFF
 
 
 _GOLDEN = 0x9E3779B9  # 2**32 / golden ratio: spreads consecutive indices

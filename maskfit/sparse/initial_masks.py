@@ -4,8 +4,9 @@ Dynamic sparse training starts from a random mask at each weight's sparsity
 (RigL's `get_mask_random`: exactly `floor(sparsity * size)` zeros, at places
 drawn uniformly); static sparse training keeps that mask throughout. The
 draw depends only on the seed and the variable's key (`variable_key`, the
-CRC-32 of its path), so the static and dynamic runs of one seed start from
-the same mask, in any process.
+CRC-32 of its `LayerSparsity.key`), so the static and dynamic runs of one
+seed start from the same mask, in any process and in a model rebuilt from
+its config.
 """
 
 import numpy as np
@@ -75,8 +76,8 @@ def random_keep_mask(shape, sparsity, seed, key=0, frozen=None):
 def random_keep_masks(entries, seed, frozen=None):
     """Returns one `random_keep_mask` per `LayerSparsity` of `entries` (from `allocate`).
 
-    Each is keyed by its variable's `variable_key`. `frozen` is None or
-    `{variable path: bool array}` of entries `maskfit.set_mask` freezes: they
+    Each is keyed by `variable_key(entry.key)`. `frozen` is None or one bool
+    array (or None) per entry: the entries `maskfit.set_mask` freezes, which
     are kept (see `random_keep_mask`).
 
     Example:
@@ -88,14 +89,20 @@ def random_keep_masks(entries, seed, frozen=None):
     >>> [int(m.sum()) for m in random_keep_masks(entries, seed=3)]
     [16]
     """
-    frozen = frozen or {}
+    entries = list(entries)
+    frozen = [None] * len(entries) if frozen is None else list(frozen)
+    if len(frozen) != len(entries):
+        raise ValueError(
+            f"random_keep_masks: frozen must have one entry per weight"
+            f" ({len(entries)}). Received {len(frozen)}."
+        )
     return [
         random_keep_mask(
             tuple(e.variable.shape),
             e.sparsity,
             seed,
-            drop_and_grow.variable_key(e.variable),
-            frozen=frozen.get(e.variable.path),
+            drop_and_grow.variable_key(e.key),
+            frozen=f,
         )
-        for e in entries
+        for e, f in zip(entries, frozen)
     ]

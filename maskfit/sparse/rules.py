@@ -1,16 +1,23 @@
-"""`SET` and `RigL`: dynamic sparse training rules, configured with RigL's names.
+"""`SET` and `RigL`: dynamic sparse training as mask rules, with RigL's names.
 
 A rule covers the prunable weights of the layer it is declared on (a model:
-all of them), keeps each at the sparsity `allocate` gives it, starts from
-`random_keep_mask`s, and every `delta_t` steps until `t_end` moves a
-fraction of each weight's active entries (`UpdateSchedule`): the weakest
-(smallest |w|) are dropped and as many are grown where the growth score is
-largest, a random draw for SET (Mocanu et al., Nature Communications 2018),
-the magnitude of the dense gradient for RigL (Evci et al., ICML 2020).
+all of them, but those another rule covers), keeps each at the sparsity
+`allocate` gives it, starts from `random_keep_mask`s, and after every
+`delta_t`-th training step until `t_end` moves a fraction of each weight's
+active entries (`UpdateSchedule`): the weakest (smallest |w|) are dropped
+and as many are grown where the growth score is largest, a random draw for
+SET (Mocanu et al., Nature Communications 2018), the magnitude of the dense
+gradient for RigL (Evci et al., ICML 2020). The step (`maskfit.step`) does
+the rest: dropped weights and their optimizer state are set to +0.0 and
+stay there, grown ones start at +0.0 with a fresh optimizer's state.
 
-Host side (`variables`, `allocation`, `initial_keep_masks`,
-`last_update_step`) runs when the step is planned; `should_update`,
-`drop_fraction` and `update` are TensorFlow only, traced into the step.
+When, exactly: the masks move once `t` updates are done, `t` on the
+schedule's grid. RigL reads the gradients of training step `t`, so it runs
+in that step, after its update (`uses_gradients`); SET needs none and runs
+at the start of step `t + 1`, before its forward pass. Both leave the same
+state behind: step `t` learned with the old mask, step `t + 1` learns with
+the new one. RigL's own code updates after `apply_gradients` of step `t`,
+for both methods.
 """
 
 import abc
@@ -19,23 +26,25 @@ import numbers
 import keras
 import tensorflow as tf
 
+from maskfit import paths
 from maskfit.sparse import allocation
 from maskfit.sparse import distributions
 from maskfit.sparse import drop_and_grow
 from maskfit.sparse import initial_masks
 from maskfit.sparse import schedule as schedule_lib
+from maskfit.spec import rules
 
 __all__ = ["DynamicSparsity", "RigL", "SET"]
 
 
-class DynamicSparsity(abc.ABC):
-    """What SET and RigL share: the configuration and the in-step update.
+class DynamicSparsity(rules.MaskRule):
+    """What SET and RigL share: the configuration, the masks, the update.
 
     Args:
       sparsity: the target fraction of zeros over the covered weights, in
         (0, 1) (RigL's `end_sparsity`).
-      t_end: the last training step that may move connections (RigL's
-        `maskupdate_end_step`; the paper stops at 75% of training).
+      t_end: the last training step after which connections may move
+        (RigL's `maskupdate_end_step`; the paper stops at 75% of training).
       delta_t: training steps between updates (`maskupdate_frequency`).
       alpha: the drop fraction of the first update (`drop_fraction`), (0, 1].
       drop_fraction_anneal: "cosine" or "constant".
@@ -51,8 +60,7 @@ class DynamicSparsity(abc.ABC):
       seed: a non-negative integer: the initial masks (and SET's draws).
     """
 
-    # Whether `update` needs the dense gradient of the weights (RigL) or not.
-    needs_dense_gradients = False
+    regrows = True
 
     def __init__(
         self,
@@ -104,11 +112,23 @@ class DynamicSparsity(abc.ABC):
         self.custom_sparsity_map = custom or None
         self.erk_power_scale = float(erk_power_scale)
         self.seed = int(seed)
+        self._covered = {}  # id(Keras variable) -> LayerSparsity
+        self._keys = {}  # id(its tf.Variable) -> (the tf.Variable, variable_key)
 
     # Host side: what the rule covers and where it starts.
 
     def allocation(self, layer):
-        """The `LayerSparsity` of each prunable weight of built `layer`."""
+        """The `LayerSparsity` of each prunable weight of built `layer` it covers.
+
+        Weights that a rule declared on a layer inside `layer` covers (e.g.
+        `prune_low_magnitude` on one layer) are left out, budget included.
+        """
+        claimed = [
+            v
+            for inner, rule in rules.layer_rules(layer)
+            if inner is not layer
+            for v in rule.variables(inner)
+        ]
         return allocation.allocate(
             layer,
             self.sparsity,
@@ -116,58 +136,79 @@ class DynamicSparsity(abc.ABC):
             self.dense_first_layer,
             self.custom_sparsity_map,
             self.erk_power_scale,
+            exclude=claimed,
         )
 
     def variables(self, layer):
-        """The weights the rule moves: the prunable ones whose sparsity is above 0."""
-        return [e.variable for e in self.allocation(layer) if e.sparsity > 0]
-
-    def initial_keep_masks(self, layer, frozen=None):
-        """`[(variable, bool mask)]`: the random masks training starts from.
-
-        One per variable of `variables(layer)`, drawn by `random_keep_mask`
-        from `seed` and the variable's key. The step sets the weights outside
-        them to +0.0 before the first update.
-
-        Args:
-          layer: the built layer or model the rule is declared on.
-          frozen: None or `{variable path: bool array}`: entries that
-            `maskfit.set_mask` freezes; they are always kept (and count as
-            kept), so that they stay bit-identical.
-        """
+        """The weights the rule moves: those of `allocation` whose sparsity is above 0."""
         entries = [e for e in self.allocation(layer) if e.sparsity > 0]
-        masks = initial_masks.random_keep_masks(entries, self.seed, frozen)
-        return [(e.variable, m) for e, m in zip(entries, masks)]
+        for entry in entries:
+            self._covered[id(entry.variable)] = entry
+            handle = paths.handle(entry.variable)
+            self._keys[id(handle)] = (handle, drop_and_grow.variable_key(entry.key))
+        return [e.variable for e in entries]
+
+    def initial_keep_masks(self, variables, frozen):
+        """The random masks training starts from (`random_keep_mask`), one per variable.
+
+        Drawn from `seed` and each variable's key, at its allocated sparsity;
+        entries `maskfit.set_mask` freezes (`frozen`) are kept and count as
+        kept. The step sets the weights outside them to +0.0 before the first
+        training step.
+        """
+        masks = []
+        for variable, where in zip(variables, frozen):
+            entry = self._entry(variable)
+            masks.append(
+                initial_masks.random_keep_mask(
+                    tuple(variable.shape),
+                    entry.sparsity,
+                    self.seed,
+                    drop_and_grow.variable_key(entry.key),
+                    frozen=where,
+                )
+            )
+        return masks
 
     def last_update_step(self):
-        """The last optimizer step that moves connections (see `UpdateSchedule`)."""
-        return self.schedule.last_update_step()
+        """The last optimizer step whose call moves connections (None: none does)."""
+        last = self.schedule.last_update_step()
+        return None if last is None else last + self._lag
 
     # In the step: TensorFlow only.
 
+    # RigL runs after the update of step t (`iterations` is t - 1 then), SET
+    # before the forward pass of step t + 1 (`iterations` is t): the schedule
+    # counts in the first.
+    @property
+    def _lag(self):
+        return 0 if self.uses_gradients else 1
+
     def should_update(self, step):
-        """Whether optimizer step `step` (`iterations` before it) moves connections."""
-        return self.schedule.should_update(step)
+        """Whether the rule moves connections at optimizer step `step` (see the module)."""
+        return self.schedule.should_update(tf.cast(step, tf.int64) - self._lag)
 
     def drop_fraction(self, step):
-        """The fraction of active entries moved in step `step` (0 when it does not)."""
-        return self.schedule.drop_fraction(step)
+        """The fraction of active entries moved at optimizer step `step` (0: none)."""
+        return self.schedule.drop_fraction(tf.cast(step, tf.int64) - self._lag)
 
     @abc.abstractmethod
     def grow_scores(self, step, variable, weights, gradient):
         """The growth score of every entry of `variable` (larger grows first)."""
 
     def update(self, step, variable, weights, keep, gradient=None, frozen=None):
-        """Drops and grows the entries of one variable in step `step`.
+        """Drops and grows the entries of one variable at optimizer step `step`.
 
         Args:
-          step: the optimizer's `iterations` before this step's update.
-          variable: the variable (for its path and shape, read at trace time).
-          weights: its value before this step's update (inactive entries 0).
+          step: as for `should_update`.
+          variable: a covered variable (Keras or its `tf.Variable`).
+          weights: its value (inactive entries 0); for RigL, after the step's
+            update.
           keep: its keep mask in force (bool).
-          gradient: its dense gradient in this step, all replicas summed
-            (`needs_dense_gradients`); not masked.
-          frozen: None or bool: entries `maskfit.set_mask` freezes.
+          gradient: RigL: its dense gradient in this step, all replicas
+            summed, not masked.
+          frozen: None or bool: entries that must not move (kept entries
+            `maskfit.set_mask` freezes).
 
         Returns:
           A `drop_and_grow.DropGrow`; its `count` is 0 outside update steps.
@@ -177,14 +218,12 @@ class DynamicSparsity(abc.ABC):
             weights, keep, scores, self.drop_fraction(step), frozen=frozen
         )
 
-    def update_all(self, step, variables, weights, keeps, gradients=None, frozen=None):
-        """`update` for each of `variables` at once; returns a list of `DropGrow`."""
-        count = len(variables)
-        gradients = [None] * count if gradients is None else gradients
-        frozen = [None] * count if frozen is None else frozen
+    def keep_masks(self, step, variables, weights, protected, keeps, gradients=None):
+        """The new keep mask of each variable: `update` of each, with its gradient."""
+        gradients = [None] * len(variables) if gradients is None else gradients
         return [
-            self.update(step, v, w, k, g, f)
-            for v, w, k, g, f in zip(variables, weights, keeps, gradients, frozen)
+            self.update(step, v, w, k, g, p).keep
+            for v, w, k, g, p in zip(variables, weights, keeps, gradients, protected)
         ]
 
     def get_config(self):
@@ -201,6 +240,28 @@ class DynamicSparsity(abc.ABC):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+    def _entry(self, variable):
+        """The `LayerSparsity` of a variable `variables` returned."""
+        entry = self._covered.get(id(variable))
+        if entry is None or entry.variable is not variable:
+            raise ValueError(
+                f"{type(self).__name__} does not cover variable '{variable.path}':"
+                " it covers the variables its variables(layer) returned."
+            )
+        return entry
+
+    def _key(self, variable):
+        """`variable_key` of a covered variable, from itself or its `tf.Variable`."""
+        found = self._keys.get(id(variable))
+        if found is not None and found[0] is variable:
+            return found[1]
+        if isinstance(variable, keras.Variable):
+            return self._key(paths.handle(self._entry(variable).variable))
+        raise ValueError(
+            f"{type(self).__name__} does not cover variable {variable.name!r}:"
+            " it covers the variables its variables(layer) returned."
+        )
 
     def __eq__(self, other):
         return type(self) is type(other) and self.get_config() == other.get_config()
@@ -223,22 +284,23 @@ class DynamicSparsity(abc.ABC):
 class SET(DynamicSparsity):
     """Sparse Evolutionary Training: drop the weakest, grow at random.
 
-    Growth scores are `set_scores` of (seed, step, variable key): uniform,
-    the same in every mode and on every replica. See `DynamicSparsity` for
-    the arguments.
+    Growth scores are `set_scores` of (seed, step, the variable's key):
+    uniform, the same in every mode, on every replica and after a resume.
+    The update runs before the forward pass of the step after an update
+    step (see the module). See `DynamicSparsity` for the arguments.
 
     Example:
 
     >>> rule = SET(sparsity=0.9, t_end=3000)
-    >>> rule.schedule.update_steps()[:3]
+    >>> rule.schedule.update_steps()[:3]  # RigL's: after training step 100, ...
     [99, 199, 299]
+    >>> rule.last_update_step()  # SET's: at the start of step 2901
+    2900
     """
 
     def grow_scores(self, step, variable, weights, gradient):
         del gradient
-        return drop_and_grow.set_scores(
-            weights.shape, self.seed, step, drop_and_grow.variable_key(variable)
-        )
+        return drop_and_grow.set_scores(weights.shape, self.seed, step, self._key(variable))
 
 
 @keras.saving.register_keras_serializable(package="maskfit")
@@ -246,25 +308,28 @@ class RigL(DynamicSparsity):
     """Rigging the Lottery: drop the weakest, grow where the dense gradient is largest.
 
     Growth scores are `|gradient|` of the dense (unmasked) gradient of the
-    step's batch, summed over replicas. See `DynamicSparsity` for the
-    arguments.
+    update step's batch, summed over replicas (scaled by the loss scale
+    under mixed precision, which leaves its order alone). The update runs
+    after the step's optimizer update, from the updated weights; a step whose
+    gradients are not finite (a loss-scale overflow) moves nothing. See
+    `DynamicSparsity` for the arguments.
 
     Example:
 
     >>> rule = RigL(sparsity=0.9, t_end=3000, drop_fraction_anneal="constant")
-    >>> rule.needs_dense_gradients
-    True
+    >>> rule.uses_gradients, rule.last_update_step()
+    (True, 2999)
     """
 
-    needs_dense_gradients = True
+    uses_gradients = True
 
     def grow_scores(self, step, variable, weights, gradient):
         del step, weights
         if gradient is None:
             raise ValueError(
-                f"RigL grows where the dense gradient is largest, but variable"
-                f" '{variable.path}' got no gradient in the step. Check that it"
-                " takes part in the loss."
+                "RigL grows where the dense gradient is largest, but variable"
+                f" {getattr(variable, 'path', variable.name)!r} got no gradient in"
+                " the step. Check that it takes part in the loss."
             )
         if isinstance(gradient, tf.IndexedSlices):
             gradient = tf.convert_to_tensor(gradient)

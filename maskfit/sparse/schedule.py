@@ -3,14 +3,17 @@
 Steps are counted as `maskfit.pruning` counts them (TF-MOT's and RigL's
 TF2 `train.py` count): training step `t` is the t-th batch, 1-based, which
 is the optimizer's `iterations` + 1 in that step (`iterations` is `t - 1`
-before the step's update and `t` after it). The masks change in training
-step `t` when
+before the step's update and `t` after it). The masks change after the
+update of training step `t` when
 
-    t >= begin_step, (t - begin_step) % delta_t == 0, t <= t_end,
+    t >= max(begin_step, 1), (t - begin_step) % delta_t == 0, t <= t_end,
     and drop_fraction(t) > 0,
 
-so with `delta_t=100` and `begin_step=0` in steps 100, 200, ... (RigL's
+so with `delta_t=100` and `begin_step=0` after steps 100, 200, ... (RigL's
 `is_update_iter(iterations)` after the step's `apply_gradients`). The
+methods here take the optimizer step `t - 1` (`iterations` before that
+update); `maskfit.sparse.SET`, which runs before the next step's forward
+pass, shifts them by one. The
 fraction of each layer's active weights that is dropped (and regrown) is
 
     cosine:   alpha / 2 * (1 + cos(pi * min(t, t_end) / t_end))
@@ -118,7 +121,7 @@ class UpdateSchedule:
         """A scalar bool tensor: whether the masks change in optimizer step `step`."""
         t = self.training_step(step)
         on_grid = tf.logical_and(
-            t >= self.begin_step,
+            t >= max(self.begin_step, 1),  # never before the first step
             tf.math.floormod(t - self.begin_step, self.delta_t) == 0,
         )
         in_range = tf.logical_and(on_grid, t <= self.t_end)
