@@ -3,10 +3,9 @@
     python -m benchmarks.sparse_step_time --workdir /tmp/sparse_step_time
 
 Issue 25's target: averaged over a run with delta_t = 100, a RigL step costs at
-most 1.05 of a static-mask step. Today's contenders: static, gradual magnitude
-pruning every delta_t steps (the nearest rule maskfit has), dense; SET and RigL
-join with --contenders once maskfit's step can carry them. The logic is in
-`sparse_step_time_lib`.
+most 1.05 of a static-mask step. Contenders: static (the baseline), SET, RigL,
+gradual magnitude pruning every delta_t steps, dense (a reference). The logic
+is in `sparse_step_time_lib`.
 """
 
 from absl import app

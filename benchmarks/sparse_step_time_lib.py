@@ -11,8 +11,8 @@ on one fixed batch, at `sparsity`, with the same per-layer sparsities
 - `pruning`: `prune_low_magnitude` with `ConstantSparsity(layer sparsity,
   begin_step=0, frequency=delta_t)`: magnitude masks recomputed every
   `delta_t` steps for ever, the nearest rule maskfit runs today;
-- `set`, `rigl`: the `maskfit.sparse` rules (constant drop fraction
-  `alpha`, `t_end` beyond the run), once maskfit's step can carry them.
+- `set`, `rigl`: `maskfit.sparse.sparsify` with SET or RigL (constant drop
+  fraction `alpha`, `t_end` beyond the run), updating every `delta_t` steps.
 
 A timed round is `rounds_of` x `delta_t` steps, so every round of every
 contender holds the same number of update steps. Contenders are built and
@@ -33,7 +33,6 @@ import numpy as np
 
 from benchmarks import harness
 import maskfit
-from maskfit import mask_rules
 from maskfit import pruning
 from maskfit import sparse
 
@@ -54,7 +53,7 @@ BASELINE = "static"
 class Config:
     """What to measure; `delta_t=100` is the issue's."""
 
-    contenders: tuple = ("dense", "static", "pruning")
+    contenders: tuple = ("dense", "static", "pruning", "set", "rigl")
     modes: tuple = ("graph", "jit")
     depth: int = 3
     width: int = 1024
@@ -76,14 +75,6 @@ class Config:
             raise ValueError(
                 f"Unknown contenders {unknown}; expected names from {tuple(CONTENDERS)}."
             )
-        waiting = [
-            c for c in self.contenders if c in ("set", "rigl") and not _dynamic_ready()
-        ]
-        if waiting:
-            raise ValueError(
-                f"Contenders {waiting} need a training step whose rules grow entries"
-                " (issue 25), which this maskfit does not have yet."
-            )
         if BASELINE not in self.contenders:
             raise ValueError(f"The contenders must include {BASELINE!r}, the baseline.")
         if self.delta_t % self.steps_per_execution:
@@ -91,10 +82,6 @@ class Config:
                 f"steps_per_execution ({self.steps_per_execution}) must divide delta_t"
                 f" ({self.delta_t}), so that rounds hold whole update periods."
             )
-
-
-def _dynamic_ready():
-    return issubclass(sparse.DynamicSparsity, mask_rules.MaskRule)
 
 
 def _static(model, entries, config):
@@ -112,9 +99,11 @@ def _pruning(model, entries, config):
             pruning.prune_low_magnitude(entry.layer, pruning_schedule=schedule)
 
 
-def _dynamic(rule_class):
+def _dynamic(method):
     def declare(model, entries, config):
-        rule = rule_class(
+        sparse.sparsify(
+            model,
+            method,
             config.sparsity,
             t_end=10**9,
             delta_t=config.delta_t,
@@ -123,7 +112,6 @@ def _dynamic(rule_class):
             sparsity_distribution=config.sparsity_distribution,
             seed=config.seed,
         )
-        mask_rules.set_rule(model, rule)
 
     return declare
 
@@ -133,8 +121,8 @@ CONTENDERS = {
     "dense": lambda model, entries, config: None,
     "static": _static,
     "pruning": _pruning,
-    "set": _dynamic(sparse.SET),
-    "rigl": _dynamic(sparse.RigL),
+    "set": _dynamic("set"),
+    "rigl": _dynamic("rigl"),
 }
 
 

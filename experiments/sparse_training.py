@@ -28,7 +28,7 @@ flags.DEFINE_list("tasks", list(_DEFAULTS.tasks), "'<data set>/<model>' pairs.")
 flags.DEFINE_list(
     "methods",
     list(_DEFAULTS.methods),
-    "Methods: dense, static, set, rigl, pruning (those this maskfit runs).",
+    "Methods: dense, static, set, rigl, pruning.",
 )
 flags.DEFINE_list(
     "sparsities", [str(s) for s in _DEFAULTS.sparsities], "Target sparsities."

@@ -18,7 +18,6 @@ import tensorflow as tf
 from experiments import common
 from experiments import datasets
 import maskfit
-from maskfit import mask_rules
 from maskfit import pruning
 from maskfit import sparse
 
@@ -26,7 +25,6 @@ __all__ = [
     "DYNAMIC_METHODS",
     "METHODS",
     "MODELS",
-    "available_methods",
     "build_model",
     "declare_method",
     "load_data",
@@ -38,18 +36,6 @@ METHODS = ("dense", "static", "set", "rigl", "pruning")
 # The methods that change the mask inside the step and grow entries.
 DYNAMIC_METHODS = ("set", "rigl")
 MODELS = ("mlp", "cnn")
-
-
-def available_methods():
-    """The methods that run with this maskfit.
-
-    SET and RigL need a training step whose rules grow entries (issue 25):
-    they run once `maskfit.sparse.DynamicSparsity` is a `MaskRule` the step
-    can carry.
-    """
-    if issubclass(sparse.DynamicSparsity, mask_rules.MaskRule):
-        return METHODS
-    return tuple(m for m in METHODS if m not in DYNAMIC_METHODS)
 
 
 def load_data(name):
@@ -106,11 +92,10 @@ def draw_weights(model, entropy):
             layer.bias.assign(np.zeros(layer.bias.shape, np.float32))
 
 
-def dynamic_rule(method, sparsity, config, seed):
-    """The `maskfit.sparse` rule of a SET or RigL run (the schedule of `config`)."""
-    rule_class = {"set": sparse.SET, "rigl": sparse.RigL}[method]
-    return rule_class(
-        sparsity,
+def dynamic_arguments(sparsity, config, seed):
+    """`maskfit.sparse.sparsify`'s arguments for a SET or RigL run of `config`."""
+    return dict(
+        sparsity=sparsity,
         t_end=max(1, int(config.t_end_fraction * config.train_steps)),
         delta_t=config.delta_t,
         alpha=config.alpha,
@@ -119,6 +104,12 @@ def dynamic_rule(method, sparsity, config, seed):
         dense_first_layer=config.dense_first_layer,
         seed=seed,
     )
+
+
+def dynamic_rule(method, sparsity, config, seed):
+    """The `maskfit.sparse` rule of a SET or RigL run (the schedule of `config`)."""
+    rule_class = sparse.METHODS[method]
+    return rule_class(**dynamic_arguments(sparsity, config, seed))
 
 
 def pruning_schedule(sparsity, config):
@@ -154,7 +145,8 @@ def declare_method(model, method, sparsity, config, seed):
     - "pruning": `prune_low_magnitude` per layer, `PolynomialDecay` from 0 to
       the layer's sparsity between `prune_begin_fraction` and
       `prune_end_fraction` of training, every `delta_t` steps.
-    - "set", "rigl": the `maskfit.sparse` rule on the model.
+    - "set", "rigl": `maskfit.sparse.sparsify` of the model: the same
+      allocation, starting from the same random masks as "static".
 
     Returns:
       The list of `sparse.LayerSparsity` (empty for "dense").
@@ -180,8 +172,7 @@ def declare_method(model, method, sparsity, config, seed):
                 schedule = pruning_schedule(entry.sparsity, config)
                 pruning.prune_low_magnitude(entry.layer, pruning_schedule=schedule)
     elif method in DYNAMIC_METHODS:
-        rule = dynamic_rule(method, sparsity, config, seed)
-        mask_rules.set_rule(model, rule)
+        sparse.sparsify(model, method, **dynamic_arguments(sparsity, config, seed))
     else:
         raise ValueError(f"Unknown method {method!r}; expected one of {METHODS}.")
     return entries

@@ -23,6 +23,7 @@ from experiments import sparse_training_train as train
 from experiments.sparse_training_lib import Config
 from experiments.sparse_training_lib import run
 import maskfit
+from maskfit import model as model_lib
 from maskfit import pruning
 from maskfit import sparse
 
@@ -46,8 +47,22 @@ def _kernels(model):
     return {l.name: l.kernel.numpy() for l in model.layers if hasattr(l, "kernel")}
 
 
+def _keeps(model):
+    """`{layer name: keep mask}` of the kernels a rule covers (pruning, SET, RigL)."""
+    variables = model_lib.all_trainable_variables(model)
+    keeps = model_lib.keep_masks(model)
+    return {
+        l.name: keeps[i].copy()
+        for l in model.layers
+        if hasattr(l, "kernel")
+        for i, v in enumerate(variables)
+        if v is l.kernel and i in keeps
+    }
+
+
 class _Watch(keras.callbacks.Callback):
-    """Records the kernels and ElementMasks at the start and after every step."""
+    """Records the kernels and ElementMasks at the start, and after every step the
+    kernels and the rules' keep masks."""
 
     def __init__(self, record):
         super().__init__()
@@ -66,6 +81,7 @@ class _Watch(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         self._record["steps"].append((step, _kernels(self.model)))
+        self._record.setdefault("keeps", []).append(_keeps(self.model))
 
 
 @pytest.fixture(scope="module")
@@ -234,15 +250,44 @@ def test_summary_spreads_over_seeds():
     assert row["test_accuracy"]["std"] == pytest.approx(0.1)
 
 
-def test_dynamic_methods_wait_for_the_step_machinery():
-    available = train.available_methods()
-    if "rigl" in available:
-        pytest.skip("maskfit's step carries SET and RigL: the tiny run covers them.")
-    assert available == ("dense", "static", "pruning")
-    for method in ("set", "rigl"):
-        with pytest.raises(ValueError, match=f"Method '{method}' is not available yet"):
-            Config(methods=("dense", method))
-    # Their rules are made from the config all the same.
+def test_set_and_rigl_start_from_the_static_mask_and_move_it_exactly(tiny):
+    _, metrics, records = tiny
+    for task, sparsity in _sparse_keys(TINY):
+        static = records[task, "static", sparsity, 0]["masks"]
+        for method in ("set", "rigl"):
+            record = records[task, method, sparsity, 0]
+            keeps = record["keeps"]
+            # After step 1 (no update yet): the static arm's mask, layer by layer.
+            assert sorted(keeps[0]) == sorted(n for n, m in static.items() if m is not None)
+            for name, keep in keeps[0].items():
+                np.testing.assert_array_equal(keep, static[name])
+            # RigL moves after steps 4, 8, ... until t_end = 18; SET at the
+            # start of the step after (by the cosine, too few to move one
+            # entry of a small layer late in the run).
+            moved = {4, 8, 12, 16} if method == "rigl" else {5, 9, 13, 17}
+            first = min(moved)
+            for (step, kernels), before, after in zip(
+                record["steps"][1:], keeps, keeps[1:]
+            ):
+                for name, keep in after.items():
+                    np.testing.assert_array_equal(kernels[name][~keep], 0.0)
+                    assert keep.sum() == before[name].sum()
+                changed = any(not np.array_equal(after[n], before[n]) for n in after)
+                assert changed <= (step in moved), (task, method, step)
+                assert changed or step != first, (task, method, step)
+    # Every sparse method trains as many weights per layer.
+    for task, sparsity in _sparse_keys(TINY):
+        found = {
+            r["method"]: r
+            for r in metrics["results"]
+            if r["task"] == task and r["sparsity"] == sparsity
+        }
+        assert found["set"]["allocated"] == found["rigl"]["allocated"] == (
+            found["static"]["allocated"]
+        )
+
+
+def test_the_config_makes_the_rules_with_rigls_names():
     rule = train.dynamic_rule("rigl", 0.9, TINY, seed=3)
     assert rule == sparse.RigL(
         0.9,
@@ -290,14 +335,12 @@ MAIN_SCRIPT = os.path.join(
 
 BAD_FLAGS = {
     "--sparsities=0.9,x": "--sparsities takes comma-separated floats",
-    "--methods=dense,rigl": "not available yet",
     "--seeds=-1": "Received: seeds=(-1,)",
+    "--methods=dense,snip": "expected names from",
 }
 
 
 def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
-    if "rigl" in train.available_methods():
-        BAD_FLAGS.pop("--methods=dense,rigl")
     argvs = [
         ["sparse_training", flag, f"--workdir={tmp_path / str(index)}"]
         for index, flag in enumerate(BAD_FLAGS)
@@ -307,7 +350,7 @@ def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
         [
             "sparse_training",
             "--tasks=digits/mlp",
-            "--methods=dense,static",
+            "--methods=dense,rigl",
             "--sparsities=0.9",
             "--seeds=4",
             "--train_steps=4",

@@ -26,6 +26,7 @@ from maskfit.sparse.rules import RigL
 from maskfit.sparse.rules import SET
 from maskfit.sparse.schedule import ANNEALS
 from maskfit.sparse.schedule import UpdateSchedule
+from maskfit.sparse.sparsify import METHODS
 from maskfit.sparse.sparsify import sparsify
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "DynamicSparsity",
     "LayerSparsity",
     "layer_sparsities",
+    "METHODS",
     "overall_sparsity",
     "random_keep_mask",
     "random_keep_masks",
