@@ -16,12 +16,15 @@ from maskfit import layers
 from maskfit import pruning
 from maskfit import sparse
 from maskfit.apply import apply_gradients
+from maskfit.backup import ExactBackupAndRestore
 from maskfit.gradients import custom_gradient
 from maskfit.gradients import reduce_to_shape
 from maskfit.model import MaskedModel
 from maskfit.model import MaskedSequential
 from maskfit.spec.declare import get_mask
 from maskfit.spec.declare import set_mask
+from maskfit.spec.layerwise import LayerwiseBlock
+from maskfit.spec.layerwise import layerwise_decay
 from maskfit.spec.masks import ElementMask
 from maskfit.spec.masks import OutputMask
 from maskfit.spec.schedule import PiecewiseMask
@@ -38,8 +41,11 @@ __all__ = [
     "custom_gradient",
     "distribute",
     "ElementMask",
+    "ExactBackupAndRestore",
     "get_mask",
     "layers",
+    "LayerwiseBlock",
+    "layerwise_decay",
     "MaskedModel",
     "MaskedSequential",
     "OutputMask",

@@ -43,11 +43,13 @@ def find_variable(layer, name, variables, what, kind="variables"):
     ]
     if len(found) == 1:
         return found[0]
-    paths = [v.path for v in variables]
     if not found:
+        names = [v.name for v in variables]
+        if len(set(names)) < len(names):
+            names = [v.path for v in variables]
         raise ValueError(
             f"{what} names variable '{name}', which is not among the {kind} of"
-            f" layer '{layer.name}': {paths}."
+            f" layer '{layer.name}': {names}."
         )
     raise ValueError(
         f"{what} names variable '{name}', which matches several {kind} of layer"

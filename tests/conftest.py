@@ -26,6 +26,11 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "fused_too: also run the `mode` test in graph mode with a fused update"
     )
+    config.addinivalue_line(
+        "markers",
+        "slow: a long end-to-end run (an experiment or benchmark at a realistic size,"
+        " worker processes); README's test command leaves these out, .ci/run runs them",
+    )
 
 
 def _parametrized_directly(metafunc, name):

@@ -56,9 +56,11 @@ def call_or_xla(fn):
     """`fn()`, compiled with XLA where this CPU's TensorFlow cannot run it otherwise."""
     import tensorflow as tf
 
+    from maskfit.units import probe
+
     try:
         return fn()
     except (tf.errors.UnimplementedError, tf.errors.InvalidArgumentError) as e:
-        if "NHWC" not in str(e):
+        if not probe.runs_only_under_xla(e):
             raise
         return tf.function(fn, jit_compile=True)()

@@ -7,5 +7,5 @@ def test_every_private_member_maskfit_uses_exists():
     missing = internals.missing_members()
     assert not missing, (
         "This Keras/TensorFlow release lacks private members maskfit relies on"
-        f" (see maskfit/internals.py for what each is for): {missing}"
+        f" (see maskfit/internals/ for what each is for): {missing}"
     )

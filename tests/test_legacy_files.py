@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import maskfit
+from keras_versions import KERAS
 from maskfit import model as model_lib
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "maskfit_0_1_0")
@@ -15,7 +16,7 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "maskfit
 
 def _expected():
     with np.load(os.path.join(HERE, "expected.npz")) as data:
-        return dict(data)
+        return {key: data[key] for key in data.files}  # in the order saved
 
 
 def _builder():
@@ -32,11 +33,13 @@ def _check_state(model, expected):
         np.testing.assert_array_equal(
             variable.numpy(), expected[f"weight:{variable.path}"], err_msg=variable.path
         )
-    saved = {k[len("optimizer:"):]: v for k, v in expected.items() if k.startswith("optimizer:")}
-    loaded = {v.path: v.numpy() for v in model.optimizer.variables}
-    assert sorted(loaded) == sorted(saved)
-    for path, value in saved.items():
-        np.testing.assert_array_equal(loaded[path], value, err_msg=path)
+    # In the optimizer's order: their paths differ between Keras releases
+    # ('adam_w/...' in 3.15, 'adamw/...' in 3.10).
+    saved = [v for k, v in expected.items() if k.startswith("optimizer:")]
+    loaded = [v.numpy() for v in model.optimizer.variables]
+    assert len(loaded) == len(saved)
+    for path, got, value in zip(expected, loaded, saved):
+        np.testing.assert_array_equal(got, value, err_msg=path)
     variables = model_lib.all_trainable_variables(model)
     keeps = {variables[i].path: k for i, k in model_lib.keep_masks(model).items()}
     saved_keeps = {k[len("keep:"):]: v for k, v in expected.items() if k.startswith("keep:")}
@@ -55,6 +58,11 @@ def _trains_on(model, expected):
         assert np.all(variables[index].numpy()[~keep] == 0)
 
 
+@pytest.mark.skipif(
+    KERAS < (3, 15),
+    reason="the .keras file was written by Keras 3.15, whose Dense config"
+    " (quantization_config) older Keras releases cannot read",
+)
 def test_a_saved_model_loads_with_its_masks_rules_and_optimizer_state():
     expected = _expected()
     model = keras.saving.load_model(os.path.join(HERE, "model.keras"))

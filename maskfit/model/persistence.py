@@ -2,7 +2,9 @@
 
 - Keep masks of rules (pruning) are state the weights do not tell (ties,
   kept weights that are exactly 0): saved bit-packed in the model's weights
-  file, one entry per variable, keyed by the variable's path.
+  file, one entry per variable, keyed by the variable's path. A rule's own
+  state (`MaskRule.state_variables`, e.g. importance sums) is saved beside
+  them, keyed by the rule's layer path and the state's name.
 - Masks decide which variables the optimizer has slots for (none for a
   variable whose mask is all 0), and a program that loads a file may plan
   another step first: the variables the optimizer was built for are
@@ -26,6 +28,7 @@ import numpy as np
 from maskfit import paths
 from maskfit.optim import rebuild
 from maskfit.spec import config as config_lib
+from maskfit.spec import rules as rules_lib
 from maskfit.model import training
 
 __all__ = ["MaskedPersistence"]
@@ -34,6 +37,9 @@ __all__ = ["MaskedPersistence"]
 _KEEP_PREFIX = "maskfit_keep:"
 # The keys of the variables the optimizer has slots for, as JSON bytes.
 _LAYOUT_KEY = "maskfit_optimizer_layout"
+# One entry per rule state variable: the prefix, the rule's layer path ("" for
+# the model's own rule) and the state's name, each percent-encoded.
+_STATE_PREFIX = "maskfit_rule_state:"
 # maskfit 0.1.0: `maskfit_keep_<position>` and positions under this key.
 _LEGACY_KEEP_PREFIX = "maskfit_keep_"
 _LEGACY_LAYOUT_KEY = "maskfit_optimizer_variables"
@@ -45,6 +51,27 @@ def _encode(key):
 
 def _decode(entry):
     return urllib.parse.unquote(entry[len(_KEEP_PREFIX):])
+
+
+def _encode_state(path, name):
+    quote = urllib.parse.quote
+    return f"{_STATE_PREFIX}{quote(path, safe='')}:{quote(name, safe='')}"
+
+
+def _decode_state(entry):
+    path, name = entry[len(_STATE_PREFIX):].split(":")
+    return urllib.parse.unquote(path), urllib.parse.unquote(name)
+
+
+def _rule_layers(model):
+    """`{layer path: (layer, rule)}` of the rules declared on `model` ("": its own)."""
+    found = {}
+    if rules_lib.get_rule(model) is not None:
+        found[""] = (model, rules_lib.get_rule(model))
+    for path, layer in paths.layer_paths(model).items():
+        if rules_lib.get_rule(layer) is not None:
+            found[path] = (layer, rules_lib.get_rule(layer))
+    return found
 
 
 def _as_json(value):
@@ -63,6 +90,9 @@ class MaskedPersistence:
         keys = paths.variable_keys(self, self._all_trainable_weights())
         for index, keep in training.keep_masks(self).items():
             store[_encode(keys[index])] = np.packbits(np.asarray(keep).ravel())
+        for path, (layer, rule) in _rule_layers(self).items():
+            for name, variable in rule.state_variables(layer).items():
+                store[_encode_state(path, name)] = np.asarray(variable.numpy())
         optimizer = getattr(self, "optimizer", None)
         masker = training.masker_of(self)
         if optimizer is None or not optimizer.built or masker is None:
@@ -85,16 +115,22 @@ class MaskedPersistence:
                 own[entry] = ("keep", _legacy_key(self, keys, entry))
             elif entry in (_LAYOUT_KEY, _LEGACY_LAYOUT_KEY):
                 own[entry] = ("layout", None)
-        keeps, layout = {}, None
+            elif entry.startswith(_STATE_PREFIX):
+                own[entry] = ("state", _decode_state(entry))
+        keeps, layout, state = {}, None, {}
         for entry, (kind, key) in own.items():
             if kind == "keep":
                 keeps[key] = np.asarray(store[entry])
+            elif kind == "state":
+                state[key] = np.asarray(store[entry])
             elif entry == _LAYOUT_KEY:
                 layout = _from_json(store[entry])
             else:
                 layout = [keys[int(i)] for i in np.asarray(store[entry])]
         if keeps:
             self._load_keeps(keeps, variables, keys)
+        if state:
+            self._load_rule_state(state)
         if layout is not None:
             optimizer = getattr(self, "optimizer", None)
             if optimizer is not None:
@@ -133,6 +169,35 @@ class MaskedPersistence:
         lifecycle = self._maskfit_lifecycle()
         lifecycle.pending_keeps = {**lifecycle.pending_keeps, **values}
         lifecycle.load_pending_keeps()
+
+    def _load_rule_state(self, values):
+        """Assigns saved rule state `{(layer path, name): array}` (all checked first)."""
+        rules = _rule_layers(self)
+        assignments = []
+        for (path, name), value in values.items():
+            layer, rule = rules.get(path, (None, None))
+            where = f"layer '{path}'" if path else f"model '{self.name}'"
+            if rule is None:
+                raise ValueError(
+                    f"The weights being loaded hold state '{name}' of a mask rule on"
+                    f" {where}, which has no rule in model '{self.name}' (rules on"
+                    f" {sorted(rules) or 'no layer'}). Declare the same rules before"
+                    " loading, or load a model saved with them."
+                )
+            state = rule.state_variables(layer)
+            variable = state.get(name)
+            if variable is None or tuple(variable.shape) != value.shape:
+                found = "none" if variable is None else f"shape {tuple(variable.shape)}"
+                raise ValueError(
+                    f"The weights being loaded hold state '{name}' of shape"
+                    f" {value.shape} for the mask rule {type(rule).__name__} on"
+                    f" {where}, which has {found} under that name (its state:"
+                    f" {sorted(state)}). Load weights saved with the same rule."
+                )
+            assignments.append((variable, value))
+        with self.distribute_strategy.scope():
+            for variable, value in assignments:
+                variable.assign(value)
 
     def get_config(self):
         config = super().get_config()

@@ -113,9 +113,9 @@ class MaskedTraining:
         )
         untouched = type(self).apply_grad_masks is MaskedTraining.apply_grad_masks
         step = None
-        if masker.observes_gradients or masker.updates_after:
+        if masker.rules.observes or masker.rules.updates_after:
             step = tf.identity(self.optimizer.iterations)  # before this update
-        if masker.observes_gradients:
+        if masker.rules.observes:
             masker.observe(step, gradients)
         raw = gradients
         if not (fuse and untouched):
@@ -128,7 +128,7 @@ class MaskedTraining:
             fuse=fuse,
             mask_first=fuse and untouched,
         )
-        if masker.updates_after:
+        if masker.rules.updates_after:
             masker.after_update(step, self.optimizer, raw)
 
     def make_train_function(self, force=False):

@@ -1,8 +1,8 @@
 """The `backprop=True` gate: a layer's outputs pass their gradient through its mask.
 
-`OutputMask(values, backprop=True)` also scales (or blocks, where 0) the
-gradient that flows from a layer's output units into the layers upstream, along
-the output's unit axis. `install` wraps the layer's `call` once; the gate reads
+`OutputMask(values, backprop=True)` also blocks (where 0; with
+`scale="gradient"`, scales by the value) the gradient that flows from a
+layer's output units into the layers upstream, along the output's unit axis. `install` wraps the layer's `call` once; the gate reads
 the mask in force (the step's mask state, once planned: `set_values`), so a
 schedule switches it with the mask. The forward value is unchanged.
 """
@@ -69,6 +69,9 @@ def _gate_outputs(layer, spec, outputs):
     segments = layout.output_segments(layer)
     values = getattr(layer, _VALUES_ATTR, None)
     values = tf.convert_to_tensor(spec.values if values is None else values)
+    if spec.scale == "step":
+        # Other values scale the unit's learning rate, not what flows upstream.
+        values = tf.cast(tf.not_equal(values, 0), values.dtype)
     gated = []
     for i, y in enumerate(flat):
         segment = segments[i] if i < len(segments) else None

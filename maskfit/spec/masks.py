@@ -30,8 +30,8 @@ def _check_values(values, what):
     if np.any(array < 0):
         bad = np.flatnonzero(array.ravel() < 0)[:5].tolist()
         raise ValueError(
-            f"{what} must be >= 0 (1 learns, 0 is frozen, values in between scale"
-            f" the gradient); entries at flat positions {bad} are negative."
+            f"{what} must be >= 0 (1 learns, 0 is frozen, other values multiply"
+            f" the learning rate); entries at flat positions {bad} are negative."
             f" Received: {values!r}"
         )
     return array
@@ -79,6 +79,11 @@ class GradMaskSpec(abc.ABC):
         """Whether the spec also gates the gradient flowing upstream."""
         return False
 
+    @property
+    def scale(self):
+        """What a value other than 0 and 1 scales: "step" (the learning rate) or "gradient"."""
+        return getattr(self, "_scale", "step")
+
     @abc.abstractmethod
     def get_config(self):
         """Returns the spec's constructor arguments as plain Python data."""
@@ -114,7 +119,9 @@ class OutputMask(GradMaskSpec):
     slice, a depthwise kernel's `[..., c, m]` for channel `c * multiplier + m`,
     an LSTM's column of `u` in every gate block. Each such entry gets its
     unit's value: 1 learns, 0 is frozen (it stays bit-identical under any
-    optimizer), a value in between scales its gradient. Entries shared by
+    optimizer), and any other value m is a learning-rate multiplier: the
+    entry learns as under its own optimizer at learning rate x m (weight
+    decay included; see `scale`). Entries shared by
     several units (attention query and key kernels, a LoRA `A` matrix, a
     separable convolution's depthwise kernel) keep learning, and
     `maskfit.summary` counts them as shared.
@@ -129,9 +136,14 @@ class OutputMask(GradMaskSpec):
     Args:
         values: one non-negative finite number per output unit.
         backprop: if True, the gradient that arrives at the frozen units'
-            outputs (along the output's unit axis) is blocked as well (scaled
-            for values in between), so no upstream layer learns from those
-            units either. The forward value is unchanged.
+            outputs (along the output's unit axis) is blocked as well, so no
+            upstream layer learns from those units either (with
+            `scale="gradient"`, values in between scale it). The forward value
+            is unchanged.
+        scale: "step" (the default): m multiplies the optimizer's learning
+            rate for the entries (docs/learning_rates.md has what that means
+            per optimizer); "gradient": m multiplies their gradient, which an
+            adaptive optimizer (Adam) divides out again.
 
     Example:
 
@@ -144,7 +156,8 @@ class OutputMask(GradMaskSpec):
     [1.0, 0.0]
     """
 
-    def __init__(self, values, backprop=False):
+    def __init__(self, values, backprop=False, scale="step"):
+        self._scale = _check_scale(scale, "OutputMask")
         array = _check_values(values, "OutputMask values")
         if array.ndim != 1 or array.size == 0:
             raise ValueError(
@@ -210,10 +223,15 @@ class OutputMask(GradMaskSpec):
         ]
 
     def get_config(self):
-        return {"values": self.values.tolist(), "backprop": self.backprop}
+        return {
+            "values": self.values.tolist(),
+            "backprop": self.backprop,
+            "scale": self.scale,
+        }
 
     def __repr__(self):
-        return f"OutputMask({self.values.tolist()}, backprop={self.backprop})"
+        scale = "" if self.scale == "step" else f", scale={self.scale!r}"
+        return f"OutputMask({self.values.tolist()}, backprop={self.backprop}{scale})"
 
 
 @keras.saving.register_keras_serializable(package="maskfit")
@@ -223,8 +241,11 @@ class ElementMask(GradMaskSpec):
     Args:
         masks: a dict from a variable's name (`variable.name`, e.g. `"kernel"`,
             or its full `variable.path`) to an array of the variable's shape (or
-            one that broadcasts to it). 1 learns, 0 is frozen, values in between
-            scale the gradient. Variables of the layer not named here learn freely.
+            one that broadcasts to it). 1 learns, 0 is frozen, any other value
+            m is a learning-rate multiplier (see `scale`). Variables of the
+            layer not named here learn freely.
+        scale: "step" (the default): m multiplies the optimizer's learning
+            rate for the entries; "gradient": m multiplies their gradient.
 
     Example:
 
@@ -237,7 +258,8 @@ class ElementMask(GradMaskSpec):
     (2, 3)
     """
 
-    def __init__(self, masks):
+    def __init__(self, masks, scale="step"):
+        self._scale = _check_scale(scale, "ElementMask")
         if not isinstance(masks, dict) or not masks:
             raise TypeError(
                 "ElementMask takes a non-empty dict {variable_name: array}, e.g."
@@ -278,11 +300,26 @@ class ElementMask(GradMaskSpec):
         return resolved
 
     def get_config(self):
-        return {"masks": {k: v.tolist() for k, v in self.masks.items()}}
+        masks = {k: v.tolist() for k, v in self.masks.items()}
+        return {"masks": masks, "scale": self.scale}
 
     def __repr__(self):
         shapes = {k: v.shape for k, v in self.masks.items()}
-        return f"ElementMask(shapes={shapes})"
+        scale = "" if self.scale == "step" else f", scale={self.scale!r}"
+        return f"ElementMask(shapes={shapes}{scale})"
+
+
+SCALES = ("step", "gradient")
+
+
+def _check_scale(scale, what):
+    if scale not in SCALES:
+        raise ValueError(
+            f"{what} scale must be 'step' (a value m is the learning rate x m: the"
+            " entry moves m times as far, weight decay included) or 'gradient'"
+            f" (m multiplies the gradient). Received: scale={scale!r}"
+        )
+    return scale
 
 
 def as_grad_mask_spec(spec, where):

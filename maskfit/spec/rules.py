@@ -180,6 +180,23 @@ class MaskRule(abc.ABC):
             scaled it, not masked (per replica under a strategy).
         """
 
+    def state_variables(self, layer):
+        """The rule's own state on built `layer`: `{name: tf.Variable}`, saved with the model.
+
+        A rule that carries values from one step to the next in variables of
+        its own (e.g. importance scores summed since its last update)
+        returns them here, made when first asked. A masked model's weights
+        file holds their values beside the keep masks (so `model.save`,
+        `save_weights` and `BackupAndRestore` keep them), and loading assigns
+        them: asked on the loading model, the rule makes its state there
+        first. Names are plain strings, stable across processes (e.g. by
+        variable key, `maskfit.paths.variable_keys`). None by default.
+
+        Args:
+          layer: the layer the rule is declared on.
+        """
+        return {}
+
     @abc.abstractmethod
     def get_config(self):
         """Returns the constructor's arguments as plain Python data."""

@@ -68,6 +68,10 @@ class PiecewiseMask(specs.GradMaskSpec):
         return self.specs[0].backprop
 
     @property
+    def scale(self):
+        return self.specs[0].scale
+
+    @property
     def values(self):
         """The first interval's values (an `OutputMask` schedule)."""
         return self.specs[0].values
@@ -129,8 +133,9 @@ def _check_boundaries(boundaries):
 def _signature(spec):
     """What must agree between the specs of one schedule."""
     if isinstance(spec, specs.OutputMask):
-        return ("OutputMask", spec.units, spec.backprop)
-    return ("ElementMask", tuple(sorted((k, v.shape) for k, v in spec.masks.items())))
+        return ("OutputMask", spec.units, spec.backprop, spec.scale)
+    shapes = tuple(sorted((k, v.shape) for k, v in spec.masks.items()))
+    return ("ElementMask", shapes, spec.scale)
 
 
 def _check_specs(schedule_specs, num_boundaries):
@@ -151,7 +156,7 @@ def _check_specs(schedule_specs, num_boundaries):
     for i, spec in enumerate(schedule_specs[1:], start=1):
         if _signature(spec) != first:
             raise ValueError(
-                "PiecewiseMask specs must all be of one kind and shape so that they"
+                "PiecewiseMask specs must all be of one kind, shape and scale so that they"
                 f" fit the same layer: specs[0] is {first}, but specs[{i}] is"
                 f" {_signature(spec)}."
             )

@@ -19,7 +19,7 @@ __all__ = ["DeclaredMask", "MaskEntry", "resolve_declared", "resolve_masks"]
 class DeclaredMask(
     collections.namedtuple(
         "DeclaredMask",
-        ["layer", "kind", "indices", "table", "boundaries", "backprop", "layouts"],
+        ["layer", "kind", "indices", "table", "boundaries", "backprop", "layouts", "scale"],
     )
 ):
     """One declared mask, shared by the variables it covers.
@@ -38,6 +38,8 @@ class DeclaredMask(
       boundaries: the steps at which the next interval starts (empty if fixed).
       backprop: whether the layer's output gradient is gated too.
       layouts: for `"output"`, one `UnitLayout` per index; else None.
+      scale: what values other than 0 and 1 scale: `"step"` (the learning
+        rate) or `"gradient"`.
     """
 
     @property
@@ -46,7 +48,7 @@ class DeclaredMask(
         layouts = (
             () if self.layouts is None else tuple(l.signature for l in self.layouts)
         )
-        return (self.kind, self.table.shape, self.backprop, layouts)
+        return (self.kind, self.table.shape, self.backprop, layouts, self.scale)
 
     def values_at(self, step):
         """The mask in force at optimizer step `step`."""
@@ -82,6 +84,7 @@ def _output_mask(layer, spec, position):
         boundaries=tuple(boundaries),
         backprop=spec.backprop,
         layouts=layouts,
+        scale=spec.scale,
     )
 
 
@@ -123,6 +126,7 @@ def _element_masks(layer, spec, position):
             boundaries=tuple(boundaries),
             backprop=spec.backprop,
             layouts=None,
+            scale=spec.scale,
         )
     return declared
 

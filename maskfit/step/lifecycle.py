@@ -147,7 +147,10 @@ class StepLifecycle:
                 return
             with model.distribute_strategy.scope():
                 ready = masker.prepare(
-                    optimizer_step(model), model.optimizer, settle=self.phase == SETTLE
+                    optimizer_step(model),
+                    model.optimizer,
+                    settle=self.phase == SETTLE,
+                    xla=bool(model.jit_compile) and not model.run_eagerly,
                 )
             if ready:
                 self.phase = READY
@@ -212,7 +215,7 @@ class StepLifecycle:
             changed = self._fit_optimizer(step) or changed
             optimizer = getattr(model, "optimizer", None)
             if optimizer is not None and masker.has_rules:
-                masker.read_fresh_state(optimizer)
+                masker.rules.read_fresh_state(optimizer)
             return changed
 
     def load_pending_keeps(self):

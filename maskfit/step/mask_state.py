@@ -132,7 +132,7 @@ class MaskState:
 
 
 class VariableMasks(
-    collections.namedtuple("VariableMasks", ["state", "layout", "keep"])
+    collections.namedtuple("VariableMasks", ["state", "layout", "keep", "scale"])
 ):
     """What masks one variable: its declared mask and a rule's keep mask.
 
@@ -142,6 +142,8 @@ class VariableMasks(
       layout: the `UnitLayout` of an `OutputMask`, else None.
       keep: a rule's keep mask (a bool `tf.Variable` of the variable's shape),
         or None.
+      scale: what the declared mask's values other than 0 and 1 scale,
+        `"step"` (the learning rate; `multiplier`) or `"gradient"`.
     """
 
     def declared(self, current):
@@ -153,9 +155,12 @@ class VariableMasks(
         """Where the declared mask (from its state's `current` value) freezes an entry."""
         return is_frozen(self.declared(current))
 
-    def combined(self, current, keep):
-        """The mask in force: the declared one where kept, 0 where dropped."""
+    def gradient_mask(self, current, keep):
+        """What the gradient is masked with: 0 where dropped or frozen, else the
+        declared value (`scale="gradient"`) or 1 (`scale="step"`)."""
         mask = None if current is None else self.declared(current)
+        if mask is not None and self.scale == "step" and mask.dtype != tf.bool:
+            mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
         if keep is None:
             return mask
         keep = tf.convert_to_tensor(keep)
@@ -244,13 +249,14 @@ class MaskStates:
                 states[key],
                 None if mask.layouts is None else mask.layouts[i],
                 keeps.get(index),
+                mask.scale,
             )
             for key, mask in declared.items()
             for i, index in enumerate(mask.indices)
         }
         for index in ruled:
             if index not in self.by_index:
-                self.by_index[index] = VariableMasks(None, None, keeps[index])
+                self.by_index[index] = VariableMasks(None, None, keeps[index], "step")
         return retrace
 
     @property

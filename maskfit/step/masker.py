@@ -12,16 +12,13 @@ synchronizes and what runs just before a call of the compiled step.
 import numpy as np
 import tensorflow as tf
 
-from maskfit import internals
-from maskfit.optim import traits
 from maskfit.spec import rules as rules_lib
 from maskfit.spec import version
 from maskfit.step import declared as declared_lib
 from maskfit.step import mask_state
 from maskfit.step import plan as plan_lib
-from maskfit.step import rule_state
+from maskfit.step import rule_stage
 from maskfit.step import update as update_lib
-from maskfit.paths import handle as variable_handle
 
 __all__ = ["FUSE_MIN_ENTRIES", "GradientMasker"]
 
@@ -58,8 +55,8 @@ class GradientMasker:
         self._layer_rules = layer_rules
         self._skip_frozen = skip_frozen
         self._masks = mask_state.MaskStates()
-        self._rules = rule_state.RuleState()
-        self._fresh = {}  # {position: [(state, fresh value)]} of regrowing rules
+        self.rules = rule_stage.RuleStage(self._variables)
+        self._rules = self.rules.state
         self._last_sync = None
         self._version = None
         self.plan = None
@@ -100,7 +97,6 @@ class GradientMasker:
             return False  # nothing the plan depends on changed
         changed = self._read_declarations(step)
         self._last_sync = key
-        self._rules.prepared = prepared
         needs = self._masks.needs
         if not self._skip_frozen:
             needs = {
@@ -200,29 +196,10 @@ class GradientMasker:
         )
         return self._masks.state_bytes() + keeps
 
-    def read_fresh_state(self, optimizer):
-        """Reads, outside the step, the fresh optimizer state of every variable a
-        regrowing rule covers (`optim.traits.fresh_state`), for the step to use.
-
-        Call it whenever the optimizer was (re)built. A masker planned inside
-        the step's first trace has none until then: an entry grown back in
-        that first call keeps the state it has (fresh, unless it learned and
-        was dropped within that call).
-        """
-        regrowing = self._rules.regrowing_indices(range(len(self._rules.groups)))
-        self._fresh = {
-            i: traits.fresh_state(optimizer, self._variables[i]) for i in sorted(regrowing)
-        }
-
-    def prepare(self, step, optimizer, settle):
-        """Outside the step, before a call at optimizer `step`: `RuleState.prepare`."""
-        return self._rules.prepare(
-            step,
-            optimizer,
-            self._variables,
-            self.plan.frozen,
-            self._masks.declared_current(),
-            settle,
+    def prepare(self, step, optimizer, settle, xla=False):
+        """Outside the step, before a call at optimizer `step` (`RuleStage.prepare`)."""
+        return self.rules.prepare(
+            step, optimizer, self.plan.frozen, self._masks.declared_current(), settle, xla
         )
 
     def fusing_pays(self):
@@ -237,80 +214,23 @@ class GradientMasker:
     # ------------------------------------------------------------- in step
 
     def begin_step(self, step, optimizer):
-        """Selects every scheduled mask, then applies the rules, for optimizer `step`.
+        """Selects every scheduled mask, then runs the rules due before the forward pass.
 
-        Traced once. A rule that updates in this step (and does not read
-        its gradients) gets new keep masks, and the weights it drops are set
-        to +0.0 before the forward pass; where `optimizer` keeps such entries
-        at 0 by itself, so is their state in it, and `apply` leaves them
-        alone (not under XLA, where the zeroing after the update fuses in).
+        Traced once (`RuleStage.before_forward`).
         """
         self._masks.select(step)
-        self._run_rules(step, optimizer, self._rules.in_step_where(False))
-
-    @property
-    def observes_gradients(self):
-        """Whether a rule sees the step's gradients (`observe`)."""
-        return any(group.rule.observes_gradients for group in self._rules.groups)
-
-    @property
-    def updates_after(self):
-        """Whether a rule that reads gradients runs in the step (`after_update`)."""
-        return bool(self._rules.in_step_where(True))
+        self.rules.before_forward(
+            step, optimizer, self.plan.frozen, self._masks.declared_current()
+        )
 
     def observe(self, step, gradients):
-        """Gives each rule that `observes_gradients` its variables' gradients (traced once).
-
-        Right after the gradients are computed, before they are masked.
-        """
-        for group in self._rules.groups:
-            if not group.rule.observes_gradients:
-                continue
-            pairs = [
-                (variable_handle(self._variables[i]), gradients[i])
-                for i in group.indices
-                if gradients[i] is not None and i not in self.plan.frozen
-            ]
-            if pairs:
-                group.rule.observe_gradients(
-                    step, [v for v, _ in pairs], [g for _, g in pairs]
-                )
+        """Right after the gradients: the rules that observe them (`RuleStage.observe`)."""
+        self.rules.observe(step, gradients, self.plan.frozen)
 
     def after_update(self, step, optimizer, gradients):
-        """After the update: the rules that read the step's gradients (traced once).
-
-        Each rule that `uses_gradients` and updates at `step` (the optimizer
-        step the update just ran) gets new keep masks from the weights and the
-        step's gradients: the entries it drops are set to +0.0, the ones it
-        grows start at 0 with a fresh optimizer's state, so only entries kept
-        before and after learn in an update step. A step whose gradients are
-        not finite (a loss-scale overflow: the optimizer skipped it) skips
-        the rules' update too.
-
-        Args:
-          step: the optimizer's `iterations` before this step's update.
-          optimizer: the step's optimizer.
-          gradients: one gradient (or None) per variable, unmasked.
-        """
-        self._run_rules(step, optimizer, self._rules.in_step_where(True), gradients)
-
-    def _run_rules(self, step, optimizer, numbers, gradients=None):
-        """Runs the rules at `numbers` (in the step's groups) that update at `step`."""
-        if not numbers:
-            return
-        rules = self._rules
-        zeroed = set() if internals.tracing_for_xla() else rules.indices_in_step()
-        regrowing = rules.regrowing_indices(numbers)
-        fresh = {i: f for i, f in self._fresh.items() if i in regrowing}
-        rules.apply(
-            step,
-            [variable_handle(v) for v in self._variables],
-            self.plan.frozen,
-            self._masks.declared_current(),
-            traits.zeroable_state(optimizer, self._variables, zeroed),
-            only=numbers,
-            gradients=gradients,
-            fresh=fresh,
+        """After the update: the rules that read gradients (`RuleStage.after_update`)."""
+        self.rules.after_update(
+            step, optimizer, self.plan.frozen, self._masks.declared_current(), gradients
         )
 
     def mask_gradients(self, gradients):
@@ -327,7 +247,7 @@ class GradientMasker:
                 gradients[index] is not None
                 and self.plan.masked[index] != plan_lib.NEVER
             ):
-                mask = masks.combined(
+                mask = masks.gradient_mask(
                     None if masks.state is None else masks.state.current, masks.keep
                 )
                 gradients[index] = mask_state.mask_gradient(gradients[index], mask)
@@ -363,11 +283,19 @@ class GradientMasker:
             zeroed=self._rules.zeroed(optimizer, variables),
         )
 
+        # Values other than 0 and 1 of `scale="step"` masks multiply the
+        # learning rate: read in the update, on each replica's device.
+        rates = [
+            (variables[i], lambda entry=masks[i]: entry.declared(entry.state.current))
+            for i, mode in self.plan.scaled.items()
+            if mode != plan_lib.NEVER
+        ]
+
         def run(gradients):
             if mask_first:
                 gradients = self.active(self.mask_gradients(self.spread(gradients)))
             update_lib.apply_guarded(
-                optimizer, gradients, variables, self.active(variables), guards, masks
+                optimizer, gradients, variables, self.active(variables), guards, masks, rates
             )
 
         if fuse and (guards or (mask_first and masks)):

@@ -38,27 +38,38 @@ NEVER, ALWAYS, SOMETIMES = "never", "always", "sometimes"
 
 
 class VariableNeeds(
-    collections.namedtuple("VariableNeeds", ["boundaries", "frozen", "masked", "guarded"])
+    collections.namedtuple(
+        "VariableNeeds", ["boundaries", "frozen", "masked", "guarded", "scaled"]
+    )
 ):
     """One masked variable's needs in each interval of its mask's schedule.
 
     Attributes:
       boundaries: the steps at which the next interval starts.
-      frozen, masked, guarded: one bool per interval: the mask is all 0; it
-        has an entry other than 1; it has a 0 (frozen entries to restore).
+      frozen, masked, guarded, scaled: one bool per interval: the mask is
+        all 0; it has an entry other than 1; it has a 0 (frozen entries to
+        restore); it has an entry other than 0 and 1 that scales the
+        learning rate (`scale="step"`).
     """
 
     @classmethod
-    def from_masks(cls, boundaries, masks, has_shared=False):
-        """Needs from the masks of each interval (arrays that broadcast to the variable)."""
-        frozen, masked, guarded = [], [], []
+    def from_masks(cls, boundaries, masks, has_shared=False, scales_steps=False):
+        """Needs from the masks of each interval (arrays that broadcast to the variable).
+
+        `scales_steps`: whether values other than 0 and 1 scale the learning
+        rate (`scale="step"`), rather than the gradient.
+        """
+        frozen, masked, guarded, scaled = [], [], [], []
         for mask in masks:
             mask = np.asarray(mask)
             zero = mask == 0
             frozen.append(bool(np.all(zero)) and not has_shared)
             masked.append(bool(np.any(mask != 1)))
             guarded.append(bool(np.any(zero)))
-        return cls(tuple(boundaries), tuple(frozen), tuple(masked), tuple(guarded))
+            scaled.append(scales_steps and bool(np.any(~zero & (mask != 1))))
+        return cls(
+            tuple(boundaries), tuple(frozen), tuple(masked), tuple(guarded), tuple(scaled)
+        )
 
     @classmethod
     def ruled(cls, needs=None):
@@ -70,7 +81,7 @@ class VariableNeeds(
         any) freeze it whole, which no rule can undo.
         """
         if needs is None:
-            return cls((), (False,), (True,), (True,))
+            return cls((), (False,), (True,), (True,), (False,))
         always = (True,) * len(needs.frozen)
         return needs._replace(masked=always, guarded=always)
 
@@ -91,14 +102,17 @@ def _mode(flags):
 
 
 class StepPlan(
-    collections.namedtuple("StepPlan", ["frozen", "masked", "guarded", "valid_until"])
+    collections.namedtuple(
+        "StepPlan", ["frozen", "masked", "guarded", "scaled", "valid_until"]
+    )
 ):
     """The compiled step's choices for a range of steps.
 
     Attributes:
       frozen: frozenset of variable positions left out of the step.
-      masked, guarded: dicts from the position of each other masked variable to
-        `NEVER`, `ALWAYS` or `SOMETIMES`.
+      masked, guarded, scaled: dicts from the position of each other masked
+        variable to `NEVER`, `ALWAYS` or `SOMETIMES` (whether its gradient is
+        masked, its frozen entries restored, its learning rate multiplied).
       valid_until: the first step the plan does not cover, or None.
     """
 
@@ -110,10 +124,13 @@ class StepPlan(
         """
         if self.frozen != other.frozen or set(self.masked) != set(other.masked):
             return False
+        pairs = (
+            (self.masked, other.masked),
+            (self.guarded, other.guarded),
+            (self.scaled, other.scaled),
+        )
         return all(
-            mine[i] != NEVER or theirs[i] == NEVER
-            for mine, theirs in ((self.masked, other.masked), (self.guarded, other.guarded))
-            for i in mine
+            mine[i] != NEVER or theirs[i] == NEVER for mine, theirs in pairs for i in mine
         )
 
 
@@ -158,23 +175,28 @@ def plan_steps(needs, start, span, total=None):
             valid_until = boundary
             break
     end = None if valid_until is None else valid_until - 1
-    masked, guarded = {}, {}
+    masked, guarded, scaled = {}, {}, {}
     for i, n in needs.items():
         if i in frozen:
             continue
         touched = n.intervals(start, end)
         masked[i] = _mode([n.masked[k] or n.frozen[k] for k in touched])
         guarded[i] = _mode([n.guarded[k] for k in touched])
-    return StepPlan(frozen, masked, guarded, valid_until)
+        scaled[i] = _mode([n.scaled[k] for k in touched])
+    return StepPlan(frozen, masked, guarded, scaled, valid_until)
 
 
 def needs_of(declared, i):
     """The `VariableNeeds` of the `i`-th variable a `DeclaredMask` covers."""
+    steps = declared.scale == "step"
     if declared.layouts is None:
-        return VariableNeeds.from_masks(declared.boundaries, declared.table)
+        return VariableNeeds.from_masks(
+            declared.boundaries, declared.table, scales_steps=steps
+        )
     layout = declared.layouts[i]
     return VariableNeeds.from_masks(
         declared.boundaries,
         [layout.expand_numpy(values) for values in declared.table],
         has_shared=layout.has_shared,
+        scales_steps=steps,
     )

@@ -8,7 +8,6 @@ which rules a step traced at a given optimizer step must run (`in_step_from`,
 `due_at`). `maskfit.step.masker.GradientMasker` owns one.
 """
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -17,14 +16,9 @@ from maskfit import paths
 from maskfit.optim import traits
 from maskfit.spec import rules
 from maskfit.step import mask_state
+from maskfit.step import rule_update
 
 __all__ = ["RuleState"]
-
-
-def _as_keep(mask):
-    """`mask` (bool or 0/1 numbers) as a bool tensor."""
-    mask = tf.convert_to_tensor(mask)
-    return mask if mask.dtype == tf.bool else tf.not_equal(mask, 0)
 
 
 class RuleState:
@@ -37,14 +31,12 @@ class RuleState:
       groups: the `RuleGroup`s the step applies.
       in_step: positions in `groups` of the rules the traced step runs (the
         others are applied by `prepare`, outside it).
-      prepared: whether `prepare` runs before each new call of the step.
     """
 
     def __init__(self):
         self.keeps = {}
         self.groups = ()
         self.in_step = frozenset()
-        self.prepared = False
 
     def update(self, groups, variables, frozen=None):
         """Makes a keep mask per covered variable, keeping existing ones; True to retrace.
@@ -75,7 +67,7 @@ class RuleState:
             keeps[index] = keep
         for group in groups:
             if made.issuperset(group.indices):
-                _start(group, keeps, variables, frozen)
+                rule_update.start(group, keeps, variables, frozen)
 
         def signature(gs):
             return [(id(g.rule), g.indices) for g in gs]
@@ -149,36 +141,39 @@ class RuleState:
         """Positions whose dropped entries' optimizer state is 0 and stays 0 by itself.
 
         Those of the optimizers of `optim.traits.keeps_dropped_entries_at_zero`,
-        except, under XLA, for a rule the step runs: there the zeroing after the
-        update fuses into it, while state written in the rule's conditional
-        would be one more operand of it in every step. Without `prepared`, no
-        settle ran either, so under XLA no rule's state is trusted.
+        outside XLA. A step compiled with XLA relies on no state: it zeroes
+        dropped entries after each update, which fuses into the update, and
+        leaves their state as it is (state written in a rule's conditional
+        would be one more operand of the update in every step), so a run that
+        resumes under XLA, whose step is traced anew, holds the same state as
+        one that never stopped.
         """
-        ruled = self.indices_in_step() if self.prepared else set(self.keeps)
-        xla = internals.tracing_for_xla()
+        if internals.tracing_for_xla():
+            return set()
         return {
             i
             for i in self.keeps
             if traits.keeps_dropped_entries_at_zero(optimizer, variables[i])
-            and not (i in ruled and xla)
         }
 
-    def prepare(self, step, optimizer, variables, frozen, declared, settle):
+    def prepare(self, step, optimizer, variables, frozen, declared, settle, xla=False):
         """Outside the step, before a call that starts at optimizer `step`.
 
         Applies each rule that the step leaves out and whose last update is
         `step`; with `settle` (a newly traced step), also sets every dropped
-        entry to +0.0, weights and the state `optimizer` keeps for them
-        (`settle`). Returns False, doing nothing, when a rule left out of the
-        step may still update after `step` (the optimizer went back, e.g. to
-        an earlier backup): the step must be planned again.
+        entry to +0.0, weights and (unless the step is compiled with XLA,
+        which relies on no state: `zeroed`) the state `optimizer` keeps for
+        them (`settle`). Returns False, doing nothing, when a rule left out of
+        the step may still update after `step` (the optimizer went back, e.g.
+        to an earlier backup): the step must be planned again.
 
         Args:
           step: the optimizer step the call starts at.
           optimizer: the step's optimizer.
           variables: the step's variables, in its order.
-          frozen, declared: as for `apply`.
+          frozen, declared: as for `rule_update.apply`.
           settle: whether the step was traced anew.
+          xla: whether the step is compiled with XLA (`jit_compile=True`).
         """
         applied = self.due_at(step)
         if applied is None:
@@ -186,13 +181,14 @@ class RuleState:
         if not (applied or settle):
             return True
         handles = [paths.handle(v) for v in variables]
-        state = traits.zeroable_state(optimizer, variables, self.keeps)
+        state = {} if xla else traits.zeroable_state(optimizer, variables, self.keeps)
         if applied:
             fresh = {
                 i: traits.fresh_state(optimizer, variables[i])
                 for i in self.regrowing_indices(applied)
             }
-            self.apply(
+            rule_update.apply(
+                self,
                 tf.constant(step, tf.int64),
                 handles,
                 frozen,
@@ -216,77 +212,6 @@ class RuleState:
                 keep.assign(np.asarray(value, bool))
         return rest
 
-    def apply(
-        self,
-        step,
-        variables,
-        frozen,
-        declared,
-        state=None,
-        only=None,
-        gradients=None,
-        fresh=None,
-    ):
-        """In the step: runs each rule that updates at optimizer `step` (traced once).
-
-        A rule that updates gets new keep masks for its variables (all of
-        them computed before any is assigned), the weights it drops are set
-        to +0.0 with the optimizer state listed for them in `state`, and the
-        entries it grows back (a rule that `regrows`) get the fresh state of
-        `fresh`. Under a distribution strategy this runs in cross-replica
-        context: every replica gets the same masks.
-
-        Args:
-          step: the optimizer's `iterations` (a variable or tensor).
-          variables: the step's `tf.Variable`s, in its order.
-          frozen: positions left out of the step (their masks are not updated).
-          declared: `{position: (current, frozen_where)}` for variables with a
-            declared mask: its state variable, and a function of its value
-            that says where it freezes an entry (those are never dropped).
-          state: `{position: [variables of its shape]}`, the optimizer state
-            whose dropped entries are set to 0 with the weights
-            (`maskfit.optim.traits.zeroable_state`); none by default.
-          only: positions in `groups` of the rules to run; all by default.
-            Called eagerly (outside the step) this runs them at once.
-          gradients: one gradient (or None) per variable of the step, for
-            the rules that `uses_gradients` (summed over replicas for them).
-          fresh: `{position: [(state variable, fresh value)]}` for the
-            variables of rules that regrow (`maskfit.optim.traits.fresh_state`).
-        """
-        state = state or {}
-        groups = [
-            (group.rule, [i for i in group.indices if i not in frozen])
-            for number, group in enumerate(self.groups)
-            if only is None or number in only
-        ]
-        groups = [(rule, indices) for rule, indices in groups if indices]
-        if not groups:
-            return
-
-        def apply_all(distribution, gradients):
-            value = step.value if isinstance(step, keras.Variable) else step
-            current_step = tf.cast(tf.convert_to_tensor(value), tf.int64)
-            for rule, indices in groups:
-
-                def update(rule=rule, indices=indices):
-                    entries = [
-                        (variables[i], i, declared.get(i), state.get(i, ())) for i in indices
-                    ]
-                    summed = None
-                    if rule.uses_gradients:
-                        summed = [_summed(distribution, gradients[i]) for i in indices]
-                    ops = self._update_group(
-                        distribution, rule, current_step, entries, summed, fresh or {}
-                    )
-                    with tf.control_dependencies(ops):
-                        return tf.constant(True)
-
-                tf.cond(
-                    rule.should_update(current_step), update, lambda: tf.constant(False)
-                )
-
-        internals.merge_call(apply_all, tf.distribute.get_strategy(), gradients)
-
     def settle(self, variables, frozen, state):
         """Sets every dropped entry to +0.0, in the weights and in `state` (eagerly).
 
@@ -306,127 +231,3 @@ class RuleState:
                 continue
             for target in (variables[index],) + tuple(state.get(index, ())):
                 target.assign(mask_state.where_masked(target, keep))
-
-    def _update_group(self, distribution, rule, step, entries, gradients, fresh):
-        """New keep masks for one rule's variables; the weights they drop (and their
-        state) set to +0.0, the entries they grow back given fresh state.
-
-        Every keep mask is computed (`rule.keep_masks`, from every variable's
-        value, read once for all replicas) before any is assigned or any
-        weight dropped.
-
-        Args:
-          entries: `(variable, position, declared or None, state)` per variable.
-          gradients: the variables' summed gradients, or None.
-          fresh: as for `apply`.
-
-        Returns:
-          The ops that assign the keep masks, drop and regrow.
-        """
-        weights, protected = [], []
-        for variable, index, declared, _ in entries:
-            value = tf.convert_to_tensor(variable)
-            guarded = None
-            if declared is not None:
-                # Entries the declared mask freezes (and that are kept) stay.
-                frozen = declared[1](tf.convert_to_tensor(declared[0]))
-                guarded = tf.logical_and(
-                    tf.broadcast_to(frozen, tf.shape(value)),
-                    tf.convert_to_tensor(self.keeps[index]),
-                )
-            weights.append(value)
-            protected.append(guarded)
-        keeps = [tf.convert_to_tensor(self.keeps[e[1]]) for e in entries]
-        kept = list(
-            rule.keep_masks(
-                step,
-                [e[0] for e in entries],
-                weights,
-                protected,
-                keeps=keeps,
-                gradients=gradients,
-            )
-        )
-        if len(kept) != len(entries):
-            raise ValueError(
-                f"{type(rule).__name__}.keep_masks returned {len(kept)} masks for"
-                f" {len(entries)} variables; it must return one per variable."
-            )
-
-        def assign(target, value):
-            return target.assign(value)
-
-        def drop(target, keep):
-            return target.assign(mask_state.where_masked(target, keep))
-
-        def regrow(target, grown, value):
-            return target.assign(tf.where(grown, tf.cast(value, target.dtype), target))
-
-        finite = None
-        if gradients is not None:
-            # A loss-scale overflow (the optimizer skipped this step): no update.
-            finite = tf.reduce_all(
-                [tf.reduce_all(tf.math.is_finite(g)) for g in gradients if g is not None]
-            )
-        ops = []
-        for (variable, index, _, state), keep, guarded in zip(entries, kept, protected):
-            keep = _as_keep(keep)
-            if guarded is not None:
-                keep = tf.logical_or(keep, guarded)
-            keep_variable = self.keeps[index]
-            if finite is not None:
-                keep = tf.where(finite, keep, tf.convert_to_tensor(keep_variable))
-            grown = None
-            if rule.regrows:
-                grown = tf.logical_and(keep, tf.logical_not(tf.convert_to_tensor(keep_variable)))
-            ops += tf.nest.flatten(
-                distribution.extended.update(keep_variable, assign, args=(keep,), group=False)
-            )
-            for target in (variable,) + tuple(state):
-                ops += tf.nest.flatten(
-                    distribution.extended.update(target, drop, args=(keep,), group=False)
-                )
-            for target, value in fresh.get(index, ()) if grown is not None else ():
-                ops += tf.nest.flatten(
-                    distribution.extended.update(
-                        target, regrow, args=(grown, value), group=False
-                    )
-                )
-        return ops
-
-
-def _summed(distribution, gradient):
-    """A gradient (dense), summed over the replicas of `distribution`."""
-    if gradient is None:
-        return None
-    if distribution.num_replicas_in_sync > 1:
-        gradient = distribution.reduce(tf.distribute.ReduceOp.SUM, gradient, axis=None)
-    return tf.convert_to_tensor(gradient)
-
-
-def _start(group, keeps, variables, frozen):
-    """Assigns a rule's `initial_keep_masks` (if any) to its new keep masks."""
-    covered = [variables[i] for i in group.indices]
-    initial = group.rule.initial_keep_masks(
-        covered, [frozen.get(i) for i in group.indices]
-    )
-    if initial is None:
-        return
-    initial = list(initial)
-    if len(initial) != len(covered):
-        raise ValueError(
-            f"{type(group.rule).__name__}.initial_keep_masks returned {len(initial)}"
-            f" masks for {len(covered)} variables of layer '{group.layer.name}'; it"
-            " must return one per variable."
-        )
-    for index, variable, mask in zip(group.indices, covered, initial):
-        mask = np.asarray(mask, bool)
-        if mask.shape != tuple(variable.shape):
-            raise ValueError(
-                f"{type(group.rule).__name__}.initial_keep_masks returned a mask of"
-                f" shape {mask.shape} for variable '{variable.path}' of shape"
-                f" {tuple(variable.shape)}."
-            )
-        if frozen.get(index) is not None:
-            mask = mask | np.broadcast_to(frozen[index], mask.shape)
-        keeps[index].assign(mask)

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from maskfit import internals
 from maskfit.optim import traits
+from maskfit.optim.rates import scaled_learning_rates
 from maskfit.step import mask_state
 from maskfit.step import plan as plan_lib
 from maskfit.paths import handle as variable_handle
@@ -151,7 +152,7 @@ def restore(optimizer, variables, snapshots, masks):
     internals.merge_call(restore_all, tf.distribute.get_strategy(), snapshots)
 
 
-def apply_guarded(optimizer, gradients, variables, updated, guarded, masks):
+def apply_guarded(optimizer, gradients, variables, updated, guarded, masks, rates=()):
     """`optimizer.apply` on `updated`, between the snapshots and restores of `guarded`.
 
     Args:
@@ -161,12 +162,15 @@ def apply_guarded(optimizer, gradients, variables, updated, guarded, masks):
       updated: the variables the optimizer updates (the frozen ones left out).
       guarded: the `Guard`s of the update (`guards`).
       masks: `{position: VariableMasks}`.
+      rates: `(variable, multiplier)` pairs: those variables are stepped at
+        the learning rate x multiplier (`maskfit.optim.rates`).
     """
     snapshots = [
         snapshot(variables[g.index], masks[g.index], g.dynamic) if g.restores else None
         for g in guarded
     ]
-    optimizer.apply(gradients, updated)
+    with scaled_learning_rates(optimizer, rates):
+        optimizer.apply(gradients, updated)
     if guarded:
         restore(
             optimizer,

@@ -26,6 +26,7 @@ __all__ = [
     "is_probing",
     "is_shape",
     "probing",
+    "runs_only_under_xla",
     "sample_inputs",
 ]
 
@@ -254,9 +255,20 @@ def _call(target, args, kwargs):
     try:
         return target(*args, **kwargs)
     except (tf.errors.UnimplementedError, tf.errors.InvalidArgumentError) as e:
-        if "NHWC" not in str(e):
+        if not runs_only_under_xla(e):
             raise
         return tf.function(lambda: target(*args, **kwargs), jit_compile=True)()
+
+
+def runs_only_under_xla(error):
+    """Whether `error` says TensorFlow's CPU kernel takes channels_last only.
+
+    Those channels_first convolutions run under XLA. The kernels say
+    "NHWC" (1-D and 2-D) or "NDHWC" (3-D transposed convolutions).
+    """
+    return isinstance(
+        error, (tf.errors.UnimplementedError, tf.errors.InvalidArgumentError)
+    ) and any(layout in str(error) for layout in ("NHWC", "NDHWC"))
 
 
 def _describe(variable, position, message):

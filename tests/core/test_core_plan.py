@@ -27,7 +27,7 @@ def test_a_mask_of_zeros_with_shared_entries_is_not_frozen():
 
 
 def test_a_ruled_variable_is_masked_and_guarded_always():
-    assert VariableNeeds.ruled() == VariableNeeds((), (False,), (True,), (True,))
+    assert VariableNeeds.ruled() == VariableNeeds((), (False,), (True,), (True,), (False,))
     declared = needs((4,), [0, 0], [1, 1])
     ruled = VariableNeeds.ruled(declared)
     assert ruled.frozen == declared.frozen
@@ -67,7 +67,9 @@ def test_needs_of_an_output_mask_expands_its_layout():
     from maskfit.units.layout import UnitLayout
 
     layout = UnitLayout(np.array([[0, 1, 2]]), 2)  # the third entry is shared
-    declared = DeclaredMask(None, "output", (0,), np.array([[0.0, 0.0]]), (), False, (layout,))
+    declared = DeclaredMask(
+        None, "output", (0,), np.array([[0.0, 0.0]]), (), False, (layout,), "step"
+    )
     n = plan_lib.needs_of(declared, 0)
     assert n.frozen == (False,) and n.guarded == (True,)
 

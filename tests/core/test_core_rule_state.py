@@ -12,6 +12,7 @@ from maskfit.spec import rules
 from maskfit.step import declared
 from maskfit.step import mask_state
 from maskfit.step import rule_state
+from maskfit.step import rule_update
 from maskfit.step import update
 
 
@@ -129,7 +130,7 @@ def test_a_guarded_update_restores_frozen_entries_and_their_average(dynamic):
     (mask,) = declared.resolve_declared([(layer, spec)], variables).values()
     state = mask_state.MaskState(mask, tf.bool)
     state.assign(mask, 0)
-    entry = mask_state.VariableMasks(state, None, None)
+    entry = mask_state.VariableMasks(state, None, None, "step")
     optimizer = keras.optimizers.AdamW(0.5, weight_decay=0.5, use_ema=True)
     optimizer.build(variables)
     before = layer.kernel.numpy()
@@ -202,8 +203,8 @@ def test_a_rule_that_reads_gradients_regrows_an_entry_with_fresh_state():
     gradients = [tf.constant([[0.1, 0.2, 0.3], [0.4, 0.5, 9.0]]), None]
     fresh = {0: traits.fresh_state(optimizer, layer.kernel)}
     handles = [paths.handle(v) for v in variables]
-    state.apply(tf.constant(3, tf.int64), handles, frozen=frozenset(), declared={},
-                gradients=gradients, fresh=fresh)
+    rule_update.apply(state, tf.constant(3, tf.int64), handles, frozen=frozenset(),
+                      declared={}, gradients=gradients, fresh=fresh)
     keep = state.keeps[0].numpy()
     # |w| smallest kept was 1.0 at (0, 0); the largest gradient among inactive is (1, 2).
     np.testing.assert_array_equal(keep, [[False, True, True], [True, True, True]])
@@ -212,7 +213,8 @@ def test_a_rule_that_reads_gradients_regrows_an_entry_with_fresh_state():
         accumulator.numpy(), np.float32([[5.0, 5.0, 5.0], [5.0, 5.0, 0.1]])
     )
     # Not in another step:
-    state.apply(tf.constant(4, tf.int64), handles, frozenset(), {}, gradients=gradients)
+    rule_update.apply(state, tf.constant(4, tf.int64), handles, frozenset(), {},
+                      gradients=gradients)
     np.testing.assert_array_equal(state.keeps[0].numpy(), keep)
 
 

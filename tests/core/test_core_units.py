@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import maskfit
 from maskfit.units import layout
@@ -122,3 +123,16 @@ def test_the_probe_refuses_a_declaration_the_gradients_contradict():
     layer = _built(Wrong(3))
     with pytest.raises(ValueError, match="disagree with its gradients"):
         maskfit.set_mask(layer, maskfit.OutputMask([1, 0, 1]))
+
+
+def test_the_probe_knows_which_errors_mean_a_kernel_runs_only_under_xla():
+    # TensorFlow's CPU kernels without oneDNN's NCHW support: the 1-D and 2-D
+    # convolutions name NHWC, the 3-D transposed ones NDHWC.
+    for message in (
+        "The Conv2D op currently only supports the NHWC tensor format on the CPU.",
+        "Conv3DBackpropInputOpV2 only supports NDHWC on the CPU.",
+    ):
+        error = tf.errors.InvalidArgumentError(None, None, message)
+        assert probe.runs_only_under_xla(error)
+    assert not probe.runs_only_under_xla(tf.errors.InvalidArgumentError(None, None, "shape"))
+    assert not probe.runs_only_under_xla(ValueError("NHWC"))

@@ -1,0 +1,84 @@
+"""Every private Keras and TensorFlow member maskfit touches, in one place.
+
+Keras 3 has no public API for a few things a drop-in `keras.Model` needs. Each
+accessor names the private member it reads, what it is for, what public API is
+missing, and the versions it was checked on, in one of three modules:
+
+- `models`: Keras models and layers (the functional class, the loss wrapper,
+  the layer walk, `fit`'s start epoch) and TensorFlow's tracing (XLA context,
+  cross-replica calls);
+- `optimizers`: what an optimizer was built for, its slots, EMA averages,
+  rebuilding it in place, the hooks of learning-rate multipliers;
+- `data`: `fit`'s input and epoch bookkeeping, and tf.data pipelines (the
+  exact backup).
+
+`PRIVATE_MEMBERS` lists them all; `tests/test_internals.py` fails with the
+member's name when a Keras or TensorFlow release removes one. No other maskfit
+module names a private member.
+"""
+
+from maskfit.internals import data
+from maskfit.internals import models
+from maskfit.internals import optimizers
+from maskfit.internals.models import attention_output_dense
+from maskfit.internals.models import call_has_training_arg
+from maskfit.internals.models import compute_loss
+from maskfit.internals.models import conv_lstm_cell_class
+from maskfit.internals.models import defining_class
+from maskfit.internals.models import functional_class
+from maskfit.internals.models import loss_tracker
+from maskfit.internals.models import merge_call
+from maskfit.internals.models import set_method
+from maskfit.internals.models import set_untracked
+from maskfit.internals.models import sublayers
+from maskfit.internals.models import tracing_for_xla
+from maskfit.internals.models import unscale_loss_for_distribution
+from maskfit.internals.optimizers import OptimizerStructure
+from maskfit.internals.optimizers import ema_averages_by_variable
+from maskfit.internals.optimizers import hook_current_learning_rate
+from maskfit.internals.optimizers import hook_weight_decay
+from maskfit.internals.optimizers import optimizer_built_variables
+from maskfit.internals.optimizers import optimizer_state
+from maskfit.internals.optimizers import optimizers_within
+from maskfit.internals.optimizers import reset_optimizer
+from maskfit.internals.optimizers import variable_key
+from maskfit.internals.optimizers import weight_decay_owner
+
+__all__ = [
+    "PRIVATE_MEMBERS",
+    "OptimizerStructure",
+    "attention_output_dense",
+    "call_has_training_arg",
+    "compute_loss",
+    "conv_lstm_cell_class",
+    "data",
+    "defining_class",
+    "ema_averages_by_variable",
+    "functional_class",
+    "hook_current_learning_rate",
+    "hook_weight_decay",
+    "loss_tracker",
+    "merge_call",
+    "missing_members",
+    "models",
+    "optimizer_built_variables",
+    "optimizer_state",
+    "optimizers",
+    "optimizers_within",
+    "reset_optimizer",
+    "set_method",
+    "set_untracked",
+    "sublayers",
+    "tracing_for_xla",
+    "unscale_loss_for_distribution",
+    "variable_key",
+    "weight_decay_owner",
+]
+
+_MODULES = (models, optimizers, data)
+PRIVATE_MEMBERS = tuple(m for module in _MODULES for m in module.PRIVATE_MEMBERS)
+
+
+def missing_members():
+    """Returns `[(where, member)]` for every listed member this install lacks."""
+    return [missing for module in _MODULES for missing in module.missing_members()]

@@ -1,0 +1,264 @@
+"""Learning-rate multipliers: an optimizer steps chosen variables at its learning rate x m.
+
+Inside `with scaled_learning_rates(optimizer, multipliers):`, every optimizer
+within `optimizer` (a `LossScaleOptimizer`'s inner one, a `MultiOptimizer`'s
+sub-optimizers) calls `update_step(gradient, variable, learning_rate * m)`
+for each variable given a multiplier `m`, and its decoupled weight decay uses
+`learning_rate * m` for it too. For every optimizer Keras ships that is
+exactly that variable having its own optimizer at learning rate x m (PyTorch's
+parameter groups), since none of them uses the learning rate anywhere else;
+`maskfit.optim.rate_modes.KERAS_OPTIMIZERS` says, per class, what else m means
+(whether one step is m times the stock step). Variables without a multiplier,
+or with one known to be exactly 1 when traced, are stepped by the optimizer's own
+code, untouched.
+
+An optimizer class that overrides `update_step` itself is not known to use
+its learning rate that way, so there m scales the step instead: each entry
+ends `old + m * (updated - old)` (`scale_step`), its state evolving as at
+m = 1; a class declares otherwise with `maskfit_multiplier_mode`.
+
+Nothing persists on the optimizer: the hooks are instance attributes, set on
+entry and removed on exit, so they act on what is traced (or run eagerly)
+inside the `with`.
+"""
+
+import contextlib
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from maskfit import internals
+from maskfit.optim import rate_modes
+from maskfit.optim.rate_modes import LEARNING_RATE
+from maskfit.optim.rate_modes import STEP
+
+__all__ = ["LEARNING_RATE", "STEP", "scale_step", "scaled_learning_rates"]
+
+def scale_step(old, updated, multiplier):
+    """Returns `old + multiplier * (updated - old)`: `updated` where it is 1, `old` where 0.
+
+    Args:
+      old: the value before a step.
+      updated: the value after it.
+      multiplier: a tensor that broadcasts to them.
+
+    Example:
+
+    >>> scale_step(tf.constant([1.0, 1.0, 1.0]), tf.constant([3.0, 3.0, 3.0]),
+    ...            tf.constant([0.0, 0.5, 1.0])).numpy().tolist()
+    [1.0, 2.0, 3.0]
+    """
+    m = tf.cast(multiplier, updated.dtype)
+    scaled = old + m * (updated - old)
+    return tf.where(m == 1, updated, tf.where(m == 0, old, scaled))
+
+
+def _multiplier_tensor(multiplier, variable, gradient=None, positive=False):
+    """`multiplier` (a number, tensor or callable) as a float tensor fit for `variable`.
+
+    Called inside the update, so that a callable is read on the device being
+    updated. Scalar-sized multipliers become scalars; with an `IndexedSlices`
+    gradient, others are broadcast to the variable (Keras gathers their rows).
+    """
+    m = tf.convert_to_tensor(multiplier() if callable(multiplier) else multiplier)
+    if not m.dtype.is_floating:
+        m = tf.cast(m, tf.float32)
+    shape = tuple(variable.shape)
+    try:
+        fits = m.shape.rank is None or (
+            m.shape.rank <= len(shape)
+            and tuple(tf.broadcast_static_shape(m.shape, tf.TensorShape(shape))) == shape
+        )
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"The learning-rate multiplier of variable '{_name(variable)}' has shape"
+            f" {tuple(m.shape)}, which does not broadcast to the variable's shape"
+            f" {shape}. Pass a scalar or an array that broadcasts to {shape}."
+        )
+    if positive:
+        m = tf.where(m > 0, m, tf.ones_like(m))
+    if m.shape.rank == 0:
+        return m
+    if m.shape.num_elements() == 1:
+        return tf.reshape(m, [])
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.broadcast_to(m, tf.shape(variable))
+    return m
+
+
+def _is_one(multiplier):
+    """Whether `multiplier` is None, or known at trace time to be exactly 1.
+
+    Such a variable is stepped by the optimizer's own graph, untouched: TF's
+    graph optimizer may round `learning_rate * 1` and the stock graph apart.
+    """
+    if multiplier is None:
+        return True
+    if callable(multiplier):
+        return False
+    value = tf.get_static_value(multiplier)
+    return value is not None and bool(np.all(np.asarray(value) == 1))
+
+
+def _name(variable):
+    return getattr(variable, "path", None) or variable.name
+
+
+def _times(learning_rate, m):
+    learning_rate = tf.convert_to_tensor(learning_rate)
+    return learning_rate * tf.cast(m, learning_rate.dtype)
+
+
+class _Scaling:
+    """The hooks on one optimizer while a `scaled_learning_rates` is active.
+
+    Under a `MirroredStrategy` each replica's thread enters the context; the
+    threads run in turn up to each merge point, where the optimizer updates
+    every replica's variables at once, so the hooks are installed by the
+    first thread and removed by the last, and all read the first one's table.
+    """
+
+    def __init__(self, optimizer, table):
+        self.optimizer = optimizer
+        self.table = table
+        self.mode = rate_modes.multiplier_mode(optimizer)
+        rates = rate_modes.keras_rates(optimizer)
+        self.divides = rates is not None and rates.divides and self.mode == LEARNING_RATE
+        self.threads = set()
+        self.decaying = None  # (multiplier, variable) of the decay being applied
+        self._original_update_step = optimizer.update_step
+        self._undo = [
+            internals.set_method(optimizer, "update_step", self.update_step),
+            internals.hook_weight_decay(optimizer, self.apply_weight_decay),
+            internals.hook_current_learning_rate(
+                optimizer, self.current_learning_rate
+            ),
+        ]
+
+    def remove(self):
+        for undo in reversed(self._undo):
+            undo()
+
+    def update_step(self, gradient, variable, learning_rate):
+        key = internals.variable_key(self.optimizer, variable)
+        multiplier = self.table.get(key)
+        if _is_one(multiplier):
+            return self._original_update_step(gradient, variable, learning_rate)
+        m = _multiplier_tensor(multiplier, variable, gradient, self.divides)
+        if self.mode == LEARNING_RATE:
+            return self._original_update_step(
+                gradient, variable, _times(learning_rate, m)
+            )
+        old = tf.identity(variable)
+        self._original_update_step(gradient, variable, learning_rate)
+        variable.assign(scale_step(old, tf.convert_to_tensor(variable), m))
+
+    def apply_weight_decay(self, original, variables):
+        keys = [internals.variable_key(self.optimizer, v) for v in variables]
+        scaled = [not _is_one(self.table.get(key)) for key in keys]
+        plain = [v for v, s in zip(variables, scaled) if not s]
+        if plain:
+            original(plain)
+        for variable, key, s in zip(variables, keys, scaled):
+            if s:
+                # Alone, so that the learning rate it reads is its own.
+                self.decaying = (self.table[key], variable)
+                try:
+                    original([variable])
+                finally:
+                    self.decaying = None
+
+    def current_learning_rate(self, original):
+        learning_rate = original()
+        if self.decaying is None:
+            return learning_rate
+        multiplier, variable = self.decaying
+        m = _multiplier_tensor(multiplier, variable, positive=self.divides)
+        return _times(learning_rate, m)
+
+
+_active = {}  # id(optimizer) -> _Scaling
+_lock = threading.Lock()
+
+
+def _steps_itself(optimizer):
+    """Whether `optimizer` updates variables itself (it wraps no other optimizer)."""
+    return internals.optimizers_within(optimizer) == [optimizer]
+
+
+@contextlib.contextmanager
+def scaled_learning_rates(optimizer, multipliers):
+    """Steps each given variable at the optimizer's learning rate x its multiplier.
+
+    Use it around `optimizer.apply` (in the step that is traced, or in each
+    eager step). Every optimizer within `optimizer` (a `LossScaleOptimizer`'s,
+    a `MultiOptimizer`'s) then passes `learning_rate * m` to its `update_step`
+    and its weight decay for each variable with a multiplier `m`
+    (`rate_modes.multiplier_mode` says which get `scale_step` instead). Other
+    variables are updated exactly as without it.
+
+    Args:
+      optimizer: a Keras optimizer, built or not.
+      multipliers: `(variable, multiplier)` pairs: a Keras variable or its
+        tf.Variable, and a number, a tensor or a zero-argument callable
+        returning one, of a shape that broadcasts to the variable (a scalar,
+        per column, per entry). A callable is called inside each update, on
+        the device of the replica being updated: pass one that reads a
+        variable (e.g. a mask that a schedule changes) to follow its value.
+        Under `LEARNING_RATE`, an entry whose m is 0 takes no step (but
+        Ftrl, which divides by its learning rate, runs it at m = 1), so a
+        frozen entry stays where the training step puts it back.
+
+    Raises:
+      TypeError: when an optimizer within cannot take multipliers
+        (`rate_modes.multiplier_mode`).
+      RuntimeError: when the same thread enters it twice for one optimizer.
+
+    Example:
+
+    >>> v = keras.Variable([1.0, 1.0])
+    >>> sgd = keras.optimizers.SGD(0.5)
+    >>> with scaled_learning_rates(sgd, [(v, 0.1)]):
+    ...     sgd.apply([tf.constant([1.0, 1.0])], [v])
+    >>> [round(x, 4) for x in v.numpy().tolist()]
+    [0.95, 0.95]
+    """
+    pairs = list(multipliers)
+    leaves = [o for o in internals.optimizers_within(optimizer) if _steps_itself(o)]
+    if not pairs:
+        yield
+        return
+    for variable, m in pairs:
+        _multiplier_tensor(m, variable)  # its shape, before anything moves
+    table = {internals.variable_key(leaves[0], variable): m for variable, m in pairs}
+    entered = []
+    thread = threading.get_ident()
+    try:
+        for leaf in leaves:
+            with _lock:
+                scaling = _active.get(id(leaf))
+                if scaling is None:
+                    scaling = _active[id(leaf)] = _Scaling(leaf, table)
+                elif thread in scaling.threads:
+                    raise RuntimeError(
+                        f"scaled_learning_rates is already active for optimizer"
+                        f" '{leaf.name}' in this thread; nest no second one."
+                    )
+                elif set(scaling.table) != set(table):
+                    raise RuntimeError(
+                        f"scaled_learning_rates for optimizer '{leaf.name}' was"
+                        " entered by another replica with other variables."
+                    )
+                scaling.threads.add(thread)
+                entered.append(scaling)
+        yield
+    finally:
+        with _lock:
+            for scaling in reversed(entered):
+                scaling.threads.discard(thread)
+                if not scaling.threads:
+                    scaling.remove()
+                    del _active[id(scaling.optimizer)]

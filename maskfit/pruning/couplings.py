@@ -1,0 +1,335 @@
+"""How units cross a layer: one `Coupling` object per layer kind.
+
+A coupling says, for one call of a layer in a model's graph, which entries
+of the layer's variables belong to which unit nodes (the units it makes,
+the input channels it reads, per-channel parameters), which units pass
+through to its outputs, and what its config becomes once units are removed
+(`shrink_config`). Built-in Keras layers have theirs in
+`maskfit.pruning.couplings_keras` and `couplings_sequence`; a custom layer
+declares one with a `maskfit_unit_coupling(self)` method returning a
+`Coupling` (usually a `UnitCoupling`), or `register_coupling`. A layer with
+none is refused: every unit it reads stays.
+"""
+
+import inspect
+from typing import NamedTuple
+
+import keras
+import numpy as np
+
+__all__ = [
+    "CallUnits",
+    "Coupling",
+    "Refused",
+    "UnitCoupling",
+    "coupling_of",
+    "register_coupling",
+]
+
+DECLARATION_METHOD = "maskfit_unit_coupling"
+_registry = {}
+
+
+class CallUnits(NamedTuple):
+    """One call of a layer, with the units of its input tensors (for `Coupling.couple`).
+
+    Attributes:
+      call: the `keras_graph.Call` (layer, arguments by name, tensors).
+      units: `{id(KerasTensor): TensorUnits}` of the graph so far.
+      inputs: the `TensorUnits` of `call.inputs`, in order.
+    """
+
+    call: object
+    units: dict
+    inputs: list
+
+    @property
+    def layer(self):
+        return self.call.layer
+
+    def argument(self, name):
+        """The `TensorUnits` of the call argument `name` (one tensor), or None."""
+        value = self.call.arguments.get(name)
+        if isinstance(value, keras.KerasTensor):
+            return self.units[id(value)]
+        return None
+
+    def tensor(self, name):
+        value = self.call.arguments.get(name)
+        return value if isinstance(value, keras.KerasTensor) else None
+
+    def input_shape(self, i=0):
+        return tuple(self.call.inputs[i].shape)
+
+    def output_shape(self, i=0):
+        return tuple(self.call.outputs[i].shape)
+
+    @property
+    def num_outputs(self):
+        return len(self.call.outputs)
+
+
+class Coupling:
+    """How one kind of layer couples units: what it makes, reads and passes on.
+
+    Subclass it for a layer kind and return an instance from the layer's
+    `maskfit_unit_coupling(self)` method (or `register_coupling`); most
+    custom layers need only `UnitCoupling`. Both methods run on the host,
+    once per call of the layer in the graph, not in the training step.
+    """
+
+    def couple(self, call, graph):
+        """Records the layer's couplings in `graph`; returns its outputs' `TensorUnits`.
+
+        Args:
+          call: a `CallUnits`: the layer, its arguments and their units.
+          graph: the `DependencyGraph` being built: `new_space`, `slice`,
+            `join`, `fix`, `refuse`, `note`.
+
+        Returns:
+          One `TensorUnits` per output tensor of the call.
+        """
+        raise NotImplementedError
+
+    def shrink_config(self, layer, config, shrunk):
+        """Returns `layer`'s config with fewer units (by default, unchanged).
+
+        Args:
+          layer: the layer of the pruned model.
+          config: a copy of `layer.get_config()`.
+          shrunk: tells what stays: `shrunk.count(layer, name)` (kept units
+            of a space the layer made), `shrunk.kept(ids)` (which positions of
+            a `TensorUnits.ids` stay), `shrunk.note(layer, key)`.
+        """
+        return config
+
+
+class Refused(Coupling):
+    """A layer whose couplings cannot be proven: every unit it reads stays.
+
+    Args:
+      reason: why, as a clause after the layer's name ("runs Python code...").
+    """
+
+    def __init__(self, reason):
+        self.reason = reason
+
+    def couple(self, call, graph):
+        return graph.refuse(call.layer, call.inputs, self.reason, call.num_outputs)
+
+
+def _is_int(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+class UnitCoupling(Coupling):
+    """A custom layer's coupling, declared: what it reads, makes and passes on.
+
+    Args:
+      reads: `{variable name: axis}`: position `p` along that axis of the
+        variable reads channel `p` of the layer's first input (along
+        `input_axis`). Removing that input channel removes those entries.
+      units_config: the config key that holds the number of units the layer
+        makes (e.g. "units"); the units themselves, and which entries belong
+        to each, come from the layer's output-unit declaration
+        (`maskfit_output_units`, checked against its gradients). None if the
+        layer makes no units.
+      passes: True if channel `c` of the first input (along `input_axis`)
+        becomes channel `c` of the output on the same axis, and nothing else
+        (an element-wise layer with per-channel parameters).
+      per_channel: `{variable name: axis}` of a passing layer: position `c`
+        along that axis belongs to channel `c`.
+      input_axis: the axis of the first input that carries channels.
+
+    Example:
+
+    >>> import keras, maskfit, maskfit.pruning as pruning
+    >>> class Scale(keras.layers.Layer):  # a learned scale per channel
+    ...     def build(self, shape):
+    ...         self.scale = self.add_weight(shape=(shape[-1],), name="scale")
+    ...     def call(self, x):
+    ...         return x * self.scale
+    ...     def maskfit_unit_coupling(self):
+    ...         return pruning.UnitCoupling(passes=True, per_channel={"scale": 0})
+    """
+
+    def __init__(
+        self,
+        reads=None,
+        units_config=None,
+        passes=False,
+        per_channel=None,
+        input_axis=-1,
+    ):
+        for name, value in (("reads", reads), ("per_channel", per_channel)):
+            if value is not None and not (
+                isinstance(value, dict)
+                and all(isinstance(k, str) and _is_int(v) for k, v in value.items())
+            ):
+                raise TypeError(
+                    f"UnitCoupling {name} must be a dict from variable names to"
+                    f" axes. Received: {name}={value!r}"
+                )
+        if units_config is not None and not isinstance(units_config, str):
+            raise TypeError(
+                "UnitCoupling units_config must be the name of a config key or"
+                f" None. Received: {units_config!r}"
+            )
+        if passes and units_config is not None:
+            raise ValueError(
+                "UnitCoupling: a layer either passes its input's channels on"
+                " (passes=True) or makes units of its own (units_config), not"
+                f" both. Received: passes={passes!r}, units_config={units_config!r}"
+            )
+        if per_channel and not passes:
+            raise ValueError(
+                "UnitCoupling per_channel needs passes=True (the channels whose"
+                f" parameters they are pass through). Received: {per_channel!r}"
+            )
+        if not _is_int(input_axis) or input_axis >= 0:
+            raise ValueError(
+                "UnitCoupling input_axis must be a negative axis (counted from the"
+                f" end). Received: {input_axis!r}"
+            )
+        self.reads = dict(reads or {})
+        self.units_config = units_config
+        self.passes = bool(passes)
+        self.per_channel = dict(per_channel or {})
+        self.input_axis = int(input_axis)
+
+    def couple(self, call, graph):
+        from maskfit.pruning import coupling_parts as kinds
+        from maskfit.pruning import declared_check
+        from maskfit.pruning.unit_nodes import TensorUnits
+
+        layer = call.layer
+        source = call.inputs[0] if call.inputs else None
+        for units in call.inputs[1:]:
+            graph.fix(
+                units.ids,
+                f"read by '{layer.name}' besides its first input (a UnitCoupling"
+                " covers the first input only)",
+            )
+        ids = None
+        if self.reads or self.passes:
+            declared_check.check(layer, call, self)
+            ids = kinds.read_units(call, graph, source, self.input_axis)
+        elif source is not None:
+            graph.fix(
+                source.ids,
+                f"read by '{layer.name}', whose UnitCoupling says neither which"
+                " entries read its input channels nor that they pass through",
+            )
+        if ids is not None:
+            for name, axis in self.reads.items():
+                graph.slice(layer, _variable(layer, name), axis, ids)
+        rest = [
+            TensorUnits.none(f"output of '{layer.name}' after its first")
+        ] * (call.num_outputs - 1)
+        if self.passes:
+            if ids is None:
+                return [source] + rest
+            for name, axis in self.per_channel.items():
+                graph.slice(layer, _variable(layer, name), axis, ids)
+            return [TensorUnits(self.input_axis, ids, source.reason)] + rest
+        if self.units_config is None:
+            return [kinds.no_units(layer, "makes no units of its own")] * call.num_outputs
+        return kinds.declared_units(call, graph)
+
+    def shrink_config(self, layer, config, shrunk):
+        if self.units_config is not None:
+            config[self.units_config] = shrunk.count(layer, "units")
+        return config
+
+
+def _variable(layer, name):
+    found = [v for v in layer.weights if name in (v.name, v.path)]
+    if len(found) != 1:
+        raise ValueError(
+            f"The unit coupling of layer '{layer.name}' names variable '{name}',"
+            f" which matches {len(found)} of its variables"
+            f" {[v.path for v in layer.weights]}. Name one of them."
+        )
+    return found[0]
+
+
+def register_coupling(layer_class, coupling):
+    """Declares how units cross a layer class you cannot (or do not) edit.
+
+    Args:
+      layer_class: a `keras.layers.Layer` subclass (that exact class).
+      coupling: a `Coupling` for its layers, or a function `layer ->
+        Coupling`, or None to remove the registration.
+
+    Example:
+
+    >>> import keras, maskfit.pruning as pruning
+    >>> class MyDense(keras.layers.Dense):
+    ...     pass
+    >>> pruning.register_coupling(MyDense, pruning.coupling_of(keras.layers.Dense(1)))
+    """
+    if not (inspect.isclass(layer_class) and issubclass(layer_class, keras.layers.Layer)):
+        raise TypeError(
+            "register_coupling expects a keras.layers.Layer subclass first."
+            f" Received: {layer_class!r}"
+        )
+    if coupling is None:
+        _registry.pop(layer_class, None)
+    elif isinstance(coupling, Coupling) or callable(coupling):
+        _registry[layer_class] = coupling
+    else:
+        raise TypeError(
+            "register_coupling expects a maskfit.pruning.Coupling, a function"
+            f" layer -> Coupling, or None. Received: {coupling!r}"
+        )
+
+
+_builtin = {}
+
+
+def _builtin_table():
+    if not _builtin:
+        from maskfit.pruning import couplings_keras
+        from maskfit.pruning import couplings_sequence
+
+        _builtin.update(couplings_keras.TABLE)
+        _builtin.update(couplings_sequence.TABLE)
+    return _builtin
+
+
+def builtin_table():
+    """`{Keras layer class: Coupling}` of the built-in couplings (refusals too)."""
+    return dict(_builtin_table())
+
+
+def coupling_of(layer):
+    """Returns the `Coupling` of `layer`: registered, declared, built-in, or a refusal."""
+    cls = type(layer)
+    found = _registry.get(cls)
+    if found is None and hasattr(layer, DECLARATION_METHOD):
+        found = getattr(layer, DECLARATION_METHOD)()
+        if not isinstance(found, Coupling):
+            raise TypeError(
+                f"{cls.__name__}.{DECLARATION_METHOD}() returned {found!r};"
+                " expected a maskfit.pruning.Coupling (e.g. UnitCoupling)."
+            )
+        return found
+    if found is None:
+        found = _builtin_table().get(cls)
+    if found is None:
+        base = next((b for b in cls.__mro__[1:] if b in _builtin_table()), None)
+        if base is not None and not isinstance(_builtin_table()[base], Refused):
+            return Refused(
+                f"subclasses keras.layers.{base.__name__} and may compute"
+                " differently (declare it: maskfit.pruning.register_coupling("
+                f"{cls.__name__}, maskfit.pruning.coupling_of(keras.layers."
+                f"{base.__name__}(...))) if it keeps {base.__name__}'s computation)"
+            )
+        return Refused(
+            "declares no unit coupling (define maskfit_unit_coupling(self)"
+            " returning maskfit.pruning.UnitCoupling, or call"
+            " maskfit.pruning.register_coupling)"
+        )
+    if not isinstance(found, Coupling):
+        found = found(layer)
+    return found

@@ -1,0 +1,274 @@
+"""Couplings of the built-in Keras layers that make units or carry per-channel weights.
+
+Dense, EinsumDense, Embedding, the convolutions and their transposes make
+units (`Producer`): their own weights' columns, checked against the layer's
+real gradients (`maskfit.units.layout.layer_units`), and the input slices they
+read. Depthwise convolutions pass channels through (a channel and its
+`depth_multiplier` outputs go together); normalizations and PReLU carry
+per-channel parameters. `couplings_passing` has the weightless layers,
+`couplings_sequence` the recurrent and attention layers.
+"""
+
+import re
+
+import numpy as np
+
+from maskfit.units import keras_tables
+from maskfit.units.keras_layers import LAYERS as L
+from maskfit.pruning import couplings_passing as passing
+from maskfit.pruning.coupling_parts import no_units
+from maskfit.pruning.coupling_parts import own_units
+from maskfit.pruning.coupling_parts import read_units
+from maskfit.pruning.coupling_parts import unsupported
+from maskfit.pruning.coupling_parts import variable
+from maskfit.pruning.couplings import Coupling
+from maskfit.pruning.couplings import Refused
+from maskfit.pruning.unit_nodes import TensorUnits
+
+__all__ = ["TABLE", "Depthwise", "EinsumDense", "Normalization", "PReLU", "Producer"]
+
+
+class Producer(Coupling):
+    """A layer that reads input channels and makes units of its own.
+
+    Args:
+      reads: `{variable name: (axis, repeat)}`: position `p` along `axis`
+        reads input channel `p // repeat`.
+      own: `{variable name: (axis, blocks)}`, as for `own_units`.
+      units_key: the config key of the number of units.
+      channel_axis: `layer -> axis` of its input and output channels.
+    """
+
+    def __init__(self, reads, own, units_key, channel_axis=lambda layer: -1):
+        self.reads = reads
+        self.own = own
+        self.units_key = units_key
+        self.channel_axis = channel_axis
+
+    def repeat(self, layer, repeat):
+        return layer.depth_multiplier if repeat == "multiplier" else repeat
+
+    def couple(self, call, graph):
+        layer = call.layer
+        problem = unsupported(layer)
+        if problem:
+            return graph.refuse(layer, call.inputs, problem, call.num_outputs)
+        axis = self.channel_axis(layer)
+        if not self.reads and call.inputs:
+            graph.fix(call.inputs[0].ids, f"read by '{layer.name}' as indices")
+        if self.reads:
+            ids = read_units(call, graph, call.inputs[0], axis)
+            for name, (var_axis, repeat) in self.reads.items():
+                var = variable(layer, name)
+                if var is not None and ids is not None:
+                    graph.slice(layer, var, var_axis, np.repeat(ids, self.repeat(layer, repeat)))
+        size = layer.get_config()[self.units_key]
+        space = own_units(graph, layer, size, self.own)
+        _avoid_bias_on_last_axis(graph, call, space.ids)
+        return [TensorUnits(axis, space.ids)]
+
+    def shrink_config(self, layer, config, shrunk):
+        config[self.units_key] = shrunk.count(layer)
+        return config
+
+
+def _conv_axis(layer):
+    return -1 if layer.data_format == "channels_last" else -(layer.rank + 1)
+
+
+def _avoid_bias_on_last_axis(graph, call, ids):
+    """Keeps a channels_first conv from as many channels as its output's last dimension.
+
+    Keras's TensorFlow backend (3.15 and others: `keras_tables` checks it by
+    running it) adds such a layer's bias along the last axis when that axis
+    is as long as the channels: a smaller model with that many channels
+    would compute something else. Where the length is unknown, the units
+    stay.
+    """
+    layer = call.layer
+    if getattr(layer, "data_format", None) != "channels_first" or not layer.use_bias:
+        return
+    if not keras_tables._adds_channels_first_bias_on_last_axis():
+        return
+    width = call.output_shape(0)[-1]
+    reason = (
+        f"'{layer.name}' is a channels_first convolution with a bias, which this"
+        " Keras version adds along the last axis when that axis is as long as"
+        " the channels"
+    )
+    if width is None:
+        graph.fix(ids, reason + " (its output's last dimension is unknown)")
+    elif width > 1:
+        graph.avoid(layer, ids, width, reason + f" ({width})")
+
+
+class Depthwise(Coupling):
+    """Each input channel and its `depth_multiplier` outputs go together."""
+
+    def couple(self, call, graph):
+        layer = call.layer
+        axis = _conv_axis(layer)
+        ids = read_units(call, graph, call.inputs[0], axis)
+        if ids is None:
+            return [no_units(layer, "has an input of unknown channels")]
+        repeated = np.repeat(ids, layer.depth_multiplier)
+        _avoid_bias_on_last_axis(graph, call, repeated)
+        graph.slice(layer, variable(layer, "kernel"), -2, ids)
+        if variable(layer, "bias") is not None:
+            graph.slice(layer, variable(layer, "bias"), 0, repeated, scored=False)
+        return [TensorUnits(axis, repeated, call.inputs[0].reason)]
+
+
+class EinsumDense(Producer):
+    """EinsumDense with one contracted input letter and one own output letter."""
+
+    def __init__(self):
+        super().__init__({}, {}, "output_shape")
+
+    def couple(self, call, graph):
+        layer = call.layer
+        problem = unsupported(layer)
+        spec = re.match(
+            r"^(\.\.\.)?(\w+)(\.\.\.)?,(\w+)->(\.\.\.)?(\w+)(\.\.\.)?$",
+            layer.equation.replace(" ", ""),
+        )
+        if problem is None and (spec is None or spec.group(3) or spec.group(7)):
+            problem = f"has equation '{layer.equation}', with no last input and output letter"
+        if problem:
+            return graph.refuse(layer, call.inputs, problem)
+        source, weight, target = spec.group(2), spec.group(4), spec.group(6)
+        kernel = variable(layer, "kernel")
+        read, own = source[-1], target[-1]
+        if own in source or own not in weight:
+            return graph.refuse(layer, call.inputs, f"takes output letter '{own}' from its input")
+        if read in weight and read not in target:
+            ids = read_units(call, graph, call.inputs[0], -1)
+            if ids is not None:
+                graph.slice(layer, kernel, weight.index(read), ids)
+        else:
+            graph.fix(
+                call.inputs[0].ids, f"read by '{layer.name}' without a kernel axis of its own"
+            )
+        slices = {"kernel": (weight.index(own), 1)}
+        bias_axes = layer.bias_axes or ""
+        if own in bias_axes:
+            first = min(target.find(c) for c in bias_axes)
+            slices["bias"] = (target[first:].index(own), 1)
+        space = own_units(graph, layer, kernel.shape[weight.index(own)], slices)
+        return [TensorUnits(-1, space.ids)]
+
+    def shrink_config(self, layer, config, shrunk):
+        shape = config["output_shape"]
+        count = shrunk.count(layer)
+        config["output_shape"] = count if isinstance(shape, int) else [*shape[:-1], count]
+        return config
+
+
+class Normalization(Coupling):
+    """BatchNormalization (per channel) and GroupNormalization (whole groups)."""
+
+    def __init__(self, params, states=(), grouped=False):
+        self.params, self.states, self.grouped = params, states, grouped
+
+    def couple(self, call, graph):
+        layer, source = call.layer, call.inputs[0]
+        axes = layer.axis if isinstance(layer.axis, (list, tuple)) else [layer.axis]
+        rank = len(call.input_shape())
+        if len(axes) != 1:
+            return graph.refuse(layer, call.inputs, f"normalizes along several axes {axes}")
+        axis = axes[0] % rank - rank
+        if source.ids is None:
+            return [source]
+        if source.axis != axis:
+            graph.fix(
+                source.ids,
+                f"normalized by '{layer.name}' along axis {axis}: its statistics"
+                f" mix the units on axis {source.axis}",
+            )
+            return [source]
+        ids = source.ids
+        if self.grouped:
+            size = len(ids) // layer.groups
+            for group in range(layer.groups):
+                members = ids[group * size:(group + 1) * size]
+                graph.join(
+                    members[:-1],
+                    members[1:],
+                    f"normalized in one group by '{layer.name}' with a channel that stays",
+                )
+            graph.note(layer, "ids", ids)
+        for name in self.params:
+            if variable(layer, name) is not None:
+                graph.slice(layer, variable(layer, name), 0, ids, scored=name != "beta")
+        for name in self.states:
+            graph.slice(layer, variable(layer, name), 0, ids, state=True)
+        graph.say(layer, "per-channel parameters go with their channel")
+        return [source]
+
+    def shrink_config(self, layer, config, shrunk):
+        if self.grouped:
+            ids = shrunk.note(layer, "ids")
+            if ids is not None:
+                kept = int(np.sum(shrunk.kept(ids)))
+                config["groups"] = kept // (len(ids) // layer.groups)
+        return config
+
+
+class PReLU(Coupling):
+    """A slope per channel (or one shared along the unit axis)."""
+
+    def couple(self, call, graph):
+        layer, source = call.layer, call.inputs[0]
+        alpha = variable(layer, "alpha")
+        if source.ids is not None and alpha.shape[source.axis] == len(source.ids):
+            graph.slice(layer, alpha, source.axis, source.ids)
+        return [source]
+
+
+def _refused(reason):
+    return Refused(reason)
+
+
+_FOREIGN = "wraps variables of another framework that maskfit cannot slice"
+
+TABLE = {
+    L.Dense: Producer({"kernel": (0, 1)}, {"kernel": (-1, 1), "bias": (0, 1)}, "units"),
+    L.EinsumDense: EinsumDense(),
+    L.Embedding: Producer({}, {"embeddings": (-1, 1)}, "output_dim"),
+    L.DepthwiseConv1D: Depthwise(),
+    L.DepthwiseConv2D: Depthwise(),
+    L.BatchNormalization: Normalization(
+        ("gamma", "beta"), ("moving_mean", "moving_variance")
+    ),
+    L.GroupNormalization: Normalization(("gamma", "beta"), grouped=True),
+    L.PReLU: PReLU(),
+    L.ReversibleEmbedding: _refused(
+        "maps its units back to the vocabulary in reverse mode with the same"
+        " weights, so its units are not separable"
+    ),
+    L.SpectralNormalization: _refused(
+        "divides the wrapped kernel by its spectral norm, which every unit changes"
+    ),
+    L.STFTSpectrogram: _refused("is a fixed Fourier transform of its input"),
+    L.MelSpectrogram: _refused("is a fixed Fourier transform of its input"),
+    L.TFSMLayer: _refused(_FOREIGN),
+    L.JaxLayer: _refused(_FOREIGN),
+    L.FlaxLayer: _refused(_FOREIGN),
+    L.TorchModuleWrapper: _refused(_FOREIGN),
+}
+for _cls in (L.Conv1D, L.Conv2D, L.Conv3D):
+    TABLE[_cls] = Producer(
+        {"kernel": (-2, 1)}, {"kernel": (-1, 1), "bias": (0, 1)}, "filters", _conv_axis
+    )
+for _cls in (L.Conv1DTranspose, L.Conv2DTranspose, L.Conv3DTranspose):
+    TABLE[_cls] = Producer(
+        {"kernel": (-1, 1)}, {"kernel": (-2, 1), "bias": (0, 1)}, "filters", _conv_axis
+    )
+for _cls in (L.SeparableConv1D, L.SeparableConv2D):
+    TABLE[_cls] = Producer(
+        {"depthwise_kernel": (-2, 1), "pointwise_kernel": (-2, "multiplier")},
+        {"pointwise_kernel": (-1, 1), "bias": (0, 1)},
+        "filters",
+        _conv_axis,
+    )
+TABLE.update(passing.TABLE)

@@ -1,0 +1,264 @@
+"""Couplings of the Keras layers that pass units on: element-wise, reshaping, merging.
+
+Element-wise layers (activations, dropout, noise) keep channel `c` at
+position `c`. Layers that move positions around (pooling, padding,
+cropping, upsampling, Flatten, Reshape, Permute, RepeatVector) are run once
+on a tensor that holds `c + 1` in every position of channel `c`
+(`channel_map`): what comes out says where each channel went, and a layer
+that sends one channel to several axes, or mixes channels, keeps its units.
+Element-wise merges join their inputs' channels position by position;
+Concatenate lays them side by side. Layers that compute statistics or
+products over the unit axis (softmax, LayerNormalization, Dot) keep every
+unit they read.
+"""
+
+import numpy as np
+
+from maskfit.units.keras_layers import LAYERS as L
+from maskfit.pruning import channel_map
+from maskfit.pruning.couplings import Coupling
+from maskfit.pruning.couplings import Refused
+from maskfit.pruning.unit_nodes import TensorUnits
+
+__all__ = ["TABLE"]
+
+
+def _negative(axis, rank):
+    return axis % rank - rank
+
+
+class Elementwise(Coupling):
+    """Channel `c` stays channel `c`, and no channel reaches another.
+
+    Args:
+      mixes: `layer -> axis or None`: an axis along which the layer mixes
+        positions (softmax, a mask over the last axis); units on it stay.
+      why: what the mixing is, for `explain`.
+    """
+
+    def __init__(self, mixes=lambda layer: None, why=""):
+        self.mixes, self.why = mixes, why
+
+    def couple(self, call, graph):
+        source = call.inputs[0]
+        axis = self.mixes(call.layer)
+        if source.ids is not None and axis is not None:
+            if _negative(axis, len(call.input_shape())) == source.axis:
+                graph.fix(source.ids, f"read by '{call.layer.name}', which {self.why}")
+        return [source] * call.num_outputs
+
+
+_MIXING = {"softmax", "log_softmax", "sparsemax", "glu"}
+
+
+def _activation_mixes(layer):
+    name = getattr(layer.activation, "__name__", None)
+    return -1 if name in _MIXING or name is None else None
+
+
+class Statistics(Coupling):
+    """LayerNormalization and kin: statistics over some axes.
+
+    Removing a unit on a normalized axis would change the statistics of
+    every other unit on it, so those units stay (a LayerNormalization over
+    channels is a GroupNormalization with one group: only whole groups could
+    go, and there is one). Units on other axes pass through.
+    """
+
+    def couple(self, call, graph):
+        layer, source = call.layer, call.inputs[0]
+        rank = len(call.input_shape())
+        axes = layer.axis if isinstance(layer.axis, (list, tuple)) else [layer.axis]
+        if source.ids is not None and source.axis in {_negative(a, rank) for a in axes}:
+            graph.fix(
+                source.ids,
+                f"normalized together by '{layer.name}' ({type(layer).__name__}):"
+                " removing one would change the statistics of the others",
+            )
+        return [source]
+
+
+class ChannelMap(Coupling):
+    """Layers that move positions: where each channel goes, read by running it."""
+
+    def __init__(self, reshapes=False):
+        self.reshapes = reshapes
+
+    def couple(self, call, graph):
+        source = call.inputs[0]
+        if source.ids is None:
+            return [source]
+        units, problem = channel_map.propagate(call.layer, call, source)
+        if problem:
+            graph.fix(source.ids, f"read by '{call.layer.name}', which {problem}")
+            return [TensorUnits.none(f"output of '{call.layer.name}', which {problem}")]
+        graph.note(call.layer, "ids", units)
+        return [units]
+
+    def shrink_config(self, layer, config, shrunk):
+        units = shrunk.note(layer, "ids")
+        if self.reshapes and units is not None and units.ids is not None:
+            shape = list(config["target_shape"])
+            shape[units.axis] = int(np.sum(shrunk.kept(units.ids)))
+            config["target_shape"] = tuple(shape)
+        return config
+
+
+def _common_axis(inputs):
+    axes = {u.axis for u in inputs if u.ids is not None}
+    return axes.pop() if len(axes) == 1 else None
+
+
+class Merge(Coupling):
+    """Element-wise merges: channel `c` of every input makes channel `c`."""
+
+    def couple(self, call, graph):
+        layer, inputs = call.layer, call.inputs
+        shapes = [tuple(t.shape[1:]) for t in call.call.inputs]
+        carrying = [u for u in inputs if u.ids is not None]
+        if not carrying:
+            return [inputs[0]]
+        axis = _common_axis(inputs)
+        if len(set(shapes)) != 1 or axis is None:
+            return graph.refuse(
+                layer,
+                inputs,
+                f"merges inputs of shapes {shapes} (broadcast, or units on"
+                " different axes)",
+            )
+        first = carrying[0]
+        for other in inputs:
+            ids = other.ids if other.ids is not None else np.full(len(first.ids), -1)
+            graph.join(
+                first.ids,
+                ids,
+                f"merged by '{layer.name}' with an input whose channels stay"
+                f" ({other.reason})",
+            )
+        return [TensorUnits(axis, first.ids)]
+
+
+class Concatenate(Coupling):
+    """Channels side by side along the concatenation axis (or joined across it)."""
+
+    def couple(self, call, graph):
+        layer, inputs = call.layer, call.inputs
+        rank = len(call.output_shape())
+        along = _negative(layer.axis, rank)
+        if all(u.ids is None for u in inputs):
+            return [inputs[0]]
+        axis = _common_axis(inputs)
+        if axis == along:
+            pieces = [
+                u.ids if u.ids is not None else np.full(t.shape[along], -1, np.int64)
+                for u, t in zip(inputs, call.call.inputs)
+            ]
+            return [TensorUnits(along, np.concatenate(pieces))]
+        if axis is None:
+            return graph.refuse(layer, inputs, "concatenates inputs with units on different axes")
+        return Merge().couple(call, graph)
+
+
+def _refused(reason):
+    return Refused(reason)
+
+
+_ELEMENTWISE = (
+    L.ReLU,
+    L.LeakyReLU,
+    L.ELU,
+    L.Dropout,
+    L.AlphaDropout,
+    L.GaussianDropout,
+    L.GaussianNoise,
+    L.SpatialDropout1D,
+    L.SpatialDropout2D,
+    L.SpatialDropout3D,
+    L.ActivityRegularization,
+    L.Identity,
+)
+_MOVING = (
+    L.AveragePooling1D,
+    L.AveragePooling2D,
+    L.AveragePooling3D,
+    L.MaxPooling1D,
+    L.MaxPooling2D,
+    L.MaxPooling3D,
+    L.GlobalAveragePooling1D,
+    L.GlobalAveragePooling2D,
+    L.GlobalAveragePooling3D,
+    L.GlobalMaxPooling1D,
+    L.GlobalMaxPooling2D,
+    L.GlobalMaxPooling3D,
+    L.AdaptiveAveragePooling1D,
+    L.AdaptiveAveragePooling2D,
+    L.AdaptiveAveragePooling3D,
+    L.AdaptiveMaxPooling1D,
+    L.AdaptiveMaxPooling2D,
+    L.AdaptiveMaxPooling3D,
+    L.ZeroPadding1D,
+    L.ZeroPadding2D,
+    L.ZeroPadding3D,
+    L.Cropping1D,
+    L.Cropping2D,
+    L.Cropping3D,
+    L.UpSampling1D,
+    L.UpSampling2D,
+    L.UpSampling3D,
+    L.Flatten,
+    L.Permute,
+    L.RepeatVector,
+)
+_PREPROCESSING = (
+    "is a preprocessing or augmentation layer, meant for a model's inputs"
+)
+
+TABLE = {cls: Elementwise() for cls in _ELEMENTWISE}
+TABLE.update({cls: ChannelMap() for cls in _MOVING})
+TABLE.update(
+    {
+        L.Activation: Elementwise(
+            _activation_mixes, "mixes channels in its activation (or an unknown one)"
+        ),
+        L.Softmax: Elementwise(lambda layer: layer.axis, "takes a softmax over them"),
+        L.Masking: Elementwise(
+            lambda layer: -1, "masks a position when all its channels equal mask_value"
+        ),
+        L.Rescaling: Elementwise(
+            lambda layer: None if np.ndim(layer.scale) == np.ndim(layer.offset) == 0 else -1,
+            "scales channel by channel with constants it keeps for every channel",
+        ),
+        L.LayerNormalization: Statistics(),
+        L.RMSNormalization: Statistics(),
+        L.UnitNormalization: Statistics(),
+        L.Reshape: ChannelMap(reshapes=True),
+        L.Add: Merge(),
+        L.Subtract: Merge(),
+        L.Multiply: Merge(),
+        L.Average: Merge(),
+        L.Maximum: Merge(),
+        L.Minimum: Merge(),
+        L.Concatenate: Concatenate(),
+        L.Dot: _refused("takes dot products along an axis, mixing the channels on it"),
+        L.Lambda: _refused(
+            "runs Python code (a Lambda) that maskfit cannot read, so which"
+            " channels it mixes is unknown"
+        ),
+        L.Normalization: _refused(
+            "keeps a mean and variance per channel in its config (adapted"
+            " preprocessing)"
+        ),
+    }
+)
+for _name in (
+    "AugMix AutoContrast CategoryEncoding CenterCrop"
+    " ContrastLimitedAdaptiveHistogramEqualization CutMix Discretization"
+    " Equalization HashedCrossing Hashing IntegerLookup MaxNumBoundingBoxes MixUp"
+    " RandAugment RandomBrightness RandomColorDegeneration RandomColorJitter"
+    " RandomContrast RandomCrop RandomElasticTransform RandomErasing RandomFlip"
+    " RandomGaussianBlur RandomGrayscale RandomHue RandomInvert RandomPerspective"
+    " RandomPosterization RandomRotation RandomSaturation RandomSharpness"
+    " RandomShear RandomTranslation RandomZoom Resizing Solarization"
+    " StringLookup TextVectorization"
+).split():
+    TABLE[getattr(L, _name)] = _refused(_PREPROCESSING)

@@ -1,0 +1,184 @@
+"""`shrink`: a smaller stock Keras model without the removed units."""
+
+import copy
+
+import keras
+import numpy as np
+
+from maskfit.spec import rules as rules_lib
+from maskfit.pruning import couplings as couplings_lib
+from maskfit.pruning import keras_graph
+from maskfit.pruning import structured as prune_units_lib
+from maskfit.pruning import unit_graph
+from maskfit.pruning import unit_rule
+
+__all__ = ["shrink"]
+
+
+class _Shrunk:
+    """What stays, as `Coupling.shrink_config` reads it."""
+
+    def __init__(self, graph, kept):
+        self.graph, self._kept = graph, np.asarray(kept, bool)
+
+    def kept(self, ids):
+        return self.graph.kept_positions(ids, self._kept)
+
+    def count(self, layer, name="units"):
+        space = self.graph.own_space(layer, name)
+        if space is None:
+            raise ValueError(
+                f"Layer '{layer.name}' made no {name} in the dependency graph; this"
+                " is a bug in its coupling's shrink_config."
+            )
+        return int(np.sum(self.kept(space.ids)))
+
+    def note(self, layer, key):
+        return self.graph.note(layer, key)
+
+
+def shrink(model, selection=None):
+    """Returns a stock Keras model without the removed units, its outputs unchanged.
+
+    Every layer keeps its name and class, with fewer units, filters or heads
+    where units were removed; every weight (BatchNormalization's moving
+    statistics too) keeps the entries of the units that stay. The outputs
+    equal the pruned model's (where removed entries are 0) up to float
+    rounding, on any input. A `MaskedModel` gives a `keras.Model`, a
+    `MaskedSequential` a `keras.Sequential`: nothing of maskfit is in it, so
+    it saves and loads with stock Keras, `safe_mode=True`.
+
+    Args:
+      model: a functional or built Sequential model.
+      selection: a `UnitSelection` (from `select_units`, or
+        `UnitSelection.removing`); by default, the units that `prune_units`
+        has removed from `model` so far.
+
+    Returns:
+      The smaller model (`size_report(model, shrunk)` compares the two).
+
+    Raises:
+      ValueError: for a subclassed model, or a selection made for another model.
+
+    Example:
+
+    >>> import keras, numpy as np, maskfit.pruning as pruning
+    >>> inputs = keras.Input((4,))
+    >>> hidden = keras.layers.Dense(8, name="hidden")(inputs)
+    >>> model = keras.Model(inputs, keras.layers.Dense(2, name="head")(hidden))
+    >>> small = pruning.shrink(model, pruning.select_units(model, 0.5))
+    >>> small.get_layer("hidden").units
+    4
+    """
+    prune_units_lib._check_model(model, "shrink")
+    if selection is None:
+        if isinstance(rules_lib.get_rule(model), unit_rule.UnitPruning):
+            selection = prune_units_lib.unit_selection(model)
+        else:
+            graph = unit_graph.DependencyGraph(model)
+            selection = prune_units_lib.UnitSelection(graph, np.ones(graph.num_atoms, bool))
+    if selection.graph.model is not model:
+        raise ValueError(
+            f"shrink: the selection was made for model '{selection.graph.model.name}',"
+            f" not for '{model.name}'. Select the units of the model you shrink."
+        )
+    problems = selection.graph.avoided_counts(selection.kept)
+    if problems:
+        raise ValueError(
+            f"shrink: {problems[0]}. Choose one unit more or fewer for that layer."
+        )
+    shrunk = _Shrunk(selection.graph, selection.kept)
+    pairs = []
+    small = _rebuild(model, None, shrunk, pairs, {})
+    for old, new in pairs:
+        _copy_weights(old, new, shrunk)
+    return small
+
+
+def _new_layer(layer, shrunk):
+    config = copy.deepcopy(layer.get_config())
+    config = couplings_lib.coupling_of(layer).shrink_config(layer, config, shrunk)
+    return type(layer).from_config(_unbuilt(config))
+
+
+def _unbuilt(config):
+    """`config` without the build shapes of the layers serialized in it.
+
+    A wrapper's config (TimeDistributed, Bidirectional) holds its layer
+    serialized with the input shape it was built for, and deserializing
+    builds it so: with fewer input channels, it must build anew.
+    """
+    if isinstance(config, dict):
+        return {k: _unbuilt(v) for k, v in config.items() if k != "build_config"}
+    if isinstance(config, (list, tuple)):
+        return type(config)(_unbuilt(v) for v in config)
+    return config
+
+
+def _map(structure, mapping):
+    return keras.tree.map_structure(
+        lambda x: mapping[id(x)] if isinstance(x, keras.KerasTensor) else x, structure
+    )
+
+
+def _rebuild(model, new_inputs, shrunk, pairs, made):
+    """Builds `model` anew from `new_inputs` (model inputs by default)."""
+    tensors, calls, outputs = keras_graph.graph_of(model)
+    if new_inputs is None:
+        new_inputs = [
+            keras.Input(
+                batch_shape=t.shape, dtype=t.dtype, sparse=t.sparse,
+                name=keras_graph.input_name(t),
+            )
+            for t in tensors
+        ]
+    mapping = {id(t): n for t, n in zip(tensors, new_inputs)}
+    for call in calls:
+        layer = call.layer
+        args, kwargs = _map((call.args, call.kwargs), mapping)
+        new = made.get(id(layer))
+        if new is None:
+            if keras_graph.is_graph_model(layer):
+                first = keras_graph.flatten(_map(keras_graph.first_argument(call), mapping))
+                inner = [keras.Input(batch_shape=x.shape, dtype=x.dtype) for x in first]
+                new = _rebuild(layer, inner, shrunk, pairs, made)
+            else:
+                new = _new_layer(layer, shrunk)
+                pairs.append((layer, new))
+            made[id(layer)] = new
+        result = new(*args, **kwargs)
+        for tensor, value in zip(call.outputs, keras.tree.flatten(result)):
+            mapping[id(tensor)] = value
+    if isinstance(model, keras.Sequential):
+        start = keras.Input(batch_shape=new_inputs[0].shape, dtype=new_inputs[0].dtype)
+        return keras.Sequential([start] + [made[id(l)] for l in model.layers], name=model.name)
+    inputs = keras.tree.pack_sequence_as(model.input, new_inputs)
+    if isinstance(inputs, list) and len(inputs) == 1:
+        inputs = inputs[0]  # called with a tensor, as a list of one it warns
+    return keras.Model(
+        inputs,
+        keras.tree.pack_sequence_as(model.output, [mapping[id(t)] for t in outputs]),
+        name=model.name,
+    )
+
+
+def _copy_weights(old, new, shrunk):
+    graph = shrunk.graph
+    if len(old.weights) != len(new.weights):
+        raise ValueError(
+            f"shrink: layer '{old.name}' has {len(old.weights)} weights but its"
+            f" smaller copy {len(new.weights)}; this is a bug in its coupling."
+        )
+    for source, target in zip(old.weights, new.weights):
+        value = np.asarray(keras.ops.convert_to_numpy(source))
+        entry = graph.slices_of(source)
+        if entry is not None:
+            for axis, ids in entry.axes.items():
+                value = np.compress(shrunk.kept(ids), value, axis=axis)
+        if value.shape != tuple(target.shape):
+            raise ValueError(
+                f"shrink: '{source.path}' cut to shape {value.shape} does not fit"
+                f" '{target.path}' of shape {tuple(target.shape)}; this is a bug in"
+                f" the coupling of {type(old).__name__}."
+            )
+        target.assign(value)

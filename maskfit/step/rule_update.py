@@ -1,0 +1,223 @@
+"""A rule's update inside the step: new keep masks, dropped and regrown entries.
+
+`apply` runs, for each rule of a `RuleState` that updates at the step, its
+`keep_masks` on every covered variable at once, then assigns the keep masks,
+sets the dropped weights (and the optimizer state listed for them) to +0.0,
+and gives the entries a regrowing rule keeps again a fresh optimizer's state.
+`start` sets the keep masks a rule starts from. `RuleState` says which rules
+run where; `maskfit.step.rule_stage` calls this.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from maskfit import internals
+from maskfit.step import mask_state
+
+__all__ = ["apply", "start"]
+
+
+def _as_keep(mask):
+    """`mask` (bool or 0/1 numbers) as a bool tensor."""
+    mask = tf.convert_to_tensor(mask)
+    return mask if mask.dtype == tf.bool else tf.not_equal(mask, 0)
+
+
+def apply(
+    rules,
+    step,
+    variables,
+    frozen,
+    declared,
+    state=None,
+    only=None,
+    gradients=None,
+    fresh=None,
+):
+    """In the step: runs each rule of `rules` that updates at optimizer `step` (traced once).
+
+    A rule that updates gets new keep masks for its variables (all of
+    them computed before any is assigned), the weights it drops are set
+    to +0.0 with the optimizer state listed for them in `state`, and the
+    entries it grows back (a rule that `regrows`) get the fresh state of
+    `fresh`. Under a distribution strategy this runs in cross-replica
+    context: every replica gets the same masks.
+
+    Args:
+      rules: the step's `RuleState` (its groups and keep masks).
+      step: the optimizer's `iterations` (a variable or tensor).
+      variables: the step's `tf.Variable`s, in its order.
+      frozen: positions left out of the step (their masks are not updated).
+      declared: `{position: (current, frozen_where)}` for variables with a
+        declared mask: its state variable, and a function of its value
+        that says where it freezes an entry (those are never dropped).
+      state: `{position: [variables of its shape]}`, the optimizer state
+        whose dropped entries are set to 0 with the weights
+        (`maskfit.optim.traits.zeroable_state`); none by default.
+      only: positions in `groups` of the rules to run; all by default.
+        Called eagerly (outside the step) this runs them at once.
+      gradients: one gradient (or None) per variable of the step, for
+        the rules that `uses_gradients` (summed over replicas for them).
+      fresh: `{position: [(state variable, fresh value)]}` for the
+        variables of rules that regrow (`maskfit.optim.traits.fresh_state`).
+    """
+    state = state or {}
+    groups = [
+        (group.rule, [i for i in group.indices if i not in frozen])
+        for number, group in enumerate(rules.groups)
+        if only is None or number in only
+    ]
+    groups = [(rule, indices) for rule, indices in groups if indices]
+    if not groups:
+        return
+
+    def apply_all(distribution, gradients):
+        value = step.value if isinstance(step, keras.Variable) else step
+        current_step = tf.cast(tf.convert_to_tensor(value), tf.int64)
+        for rule, indices in groups:
+
+            def update(rule=rule, indices=indices):
+                entries = [
+                    (variables[i], i, declared.get(i), state.get(i, ())) for i in indices
+                ]
+                summed = None
+                if rule.uses_gradients:
+                    summed = [_summed(distribution, gradients[i]) for i in indices]
+                ops = _update_group(
+                        rules,
+                    distribution, rule, current_step, entries, summed, fresh or {}
+                )
+                with tf.control_dependencies(ops):
+                    return tf.constant(True)
+
+            tf.cond(
+                rule.should_update(current_step), update, lambda: tf.constant(False)
+            )
+
+    internals.merge_call(apply_all, tf.distribute.get_strategy(), gradients)
+
+
+def _update_group(rules, distribution, rule, step, entries, gradients, fresh):
+    """New keep masks for one rule's variables; the weights they drop (and their
+    state) set to +0.0, the entries they grow back given fresh state.
+
+    Every keep mask is computed (`rule.keep_masks`, from every variable's
+    value, read once for all replicas) before any is assigned or any
+    weight dropped.
+
+    Args:
+      entries: `(variable, position, declared or None, state)` per variable.
+      gradients: the variables' summed gradients, or None.
+      fresh: as for `apply`.
+
+    Returns:
+      The ops that assign the keep masks, drop and regrow.
+    """
+    weights, protected = [], []
+    for variable, index, declared, _ in entries:
+        value = tf.convert_to_tensor(variable)
+        guarded = None
+        if declared is not None:
+            # Entries the declared mask freezes (and that are kept) stay.
+            frozen = declared[1](tf.convert_to_tensor(declared[0]))
+            guarded = tf.logical_and(
+                tf.broadcast_to(frozen, tf.shape(value)),
+                tf.convert_to_tensor(rules.keeps[index]),
+            )
+        weights.append(value)
+        protected.append(guarded)
+    keeps = [tf.convert_to_tensor(rules.keeps[e[1]]) for e in entries]
+    kept = list(
+        rule.keep_masks(
+            step,
+            [e[0] for e in entries],
+            weights,
+            protected,
+            keeps=keeps,
+            gradients=gradients,
+        )
+    )
+    if len(kept) != len(entries):
+        raise ValueError(
+            f"{type(rule).__name__}.keep_masks returned {len(kept)} masks for"
+            f" {len(entries)} variables; it must return one per variable."
+        )
+
+    def assign(target, value):
+        return target.assign(value)
+
+    def drop(target, keep):
+        return target.assign(mask_state.where_masked(target, keep))
+
+    def regrow(target, grown, value):
+        return target.assign(tf.where(grown, tf.cast(value, target.dtype), target))
+
+    finite = None
+    if gradients is not None:
+        # A loss-scale overflow (the optimizer skipped this step): no update.
+        finite = tf.reduce_all(
+            [tf.reduce_all(tf.math.is_finite(g)) for g in gradients if g is not None]
+        )
+    ops = []
+    for (variable, index, _, state), keep, guarded in zip(entries, kept, protected):
+        keep = _as_keep(keep)
+        if guarded is not None:
+            keep = tf.logical_or(keep, guarded)
+        keep_variable = rules.keeps[index]
+        if finite is not None:
+            keep = tf.where(finite, keep, tf.convert_to_tensor(keep_variable))
+        grown = None
+        if rule.regrows:
+            grown = tf.logical_and(keep, tf.logical_not(tf.convert_to_tensor(keep_variable)))
+        ops += tf.nest.flatten(
+            distribution.extended.update(keep_variable, assign, args=(keep,), group=False)
+        )
+        for target in (variable,) + tuple(state):
+            ops += tf.nest.flatten(
+                distribution.extended.update(target, drop, args=(keep,), group=False)
+            )
+        for target, value in fresh.get(index, ()) if grown is not None else ():
+            ops += tf.nest.flatten(
+                distribution.extended.update(
+                    target, regrow, args=(grown, value), group=False
+                )
+            )
+    return ops
+
+
+def _summed(distribution, gradient):
+    """A gradient (dense), summed over the replicas of `distribution`."""
+    if gradient is None:
+        return None
+    if distribution.num_replicas_in_sync > 1:
+        gradient = distribution.reduce(tf.distribute.ReduceOp.SUM, gradient, axis=None)
+    return tf.convert_to_tensor(gradient)
+
+
+def start(group, keeps, variables, frozen):
+    """Assigns a rule's `initial_keep_masks` (if any) to its new keep masks."""
+    covered = [variables[i] for i in group.indices]
+    initial = group.rule.initial_keep_masks(
+        covered, [frozen.get(i) for i in group.indices]
+    )
+    if initial is None:
+        return
+    initial = list(initial)
+    if len(initial) != len(covered):
+        raise ValueError(
+            f"{type(group.rule).__name__}.initial_keep_masks returned {len(initial)}"
+            f" masks for {len(covered)} variables of layer '{group.layer.name}'; it"
+            " must return one per variable."
+        )
+    for index, variable, mask in zip(group.indices, covered, initial):
+        mask = np.asarray(mask, bool)
+        if mask.shape != tuple(variable.shape):
+            raise ValueError(
+                f"{type(group.rule).__name__}.initial_keep_masks returned a mask of"
+                f" shape {mask.shape} for variable '{variable.path}' of shape"
+                f" {tuple(variable.shape)}."
+            )
+        if frozen.get(index) is not None:
+            mask = mask | np.broadcast_to(frozen[index], mask.shape)
+        keeps[index].assign(mask)
