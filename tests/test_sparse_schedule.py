@@ -84,6 +84,19 @@ def test_no_update_when_delta_t_passes_t_end():
     assert not np.any(_along(schedule, lambda f: f, np.arange(0, 1000))[0])
 
 
+def test_last_update_step_is_the_lists_last_and_computed_for_any_t_end():
+    grids = ((100, 1000, 0), (50, 200, 0), (100, 450, 30), (7, 93, 5))
+    for delta_t, t_end, begin_step in grids:
+        for anneal in ("cosine", "constant"):
+            schedule = sparse.UpdateSchedule(
+                delta_t, t_end, begin_step=begin_step, drop_fraction_anneal=anneal
+            )
+            assert schedule.last_update_step() == schedule.update_steps()[-1]
+    # t_end beyond any run (the step-time benchmark's): no list of 10**8 steps.
+    schedule = sparse.UpdateSchedule(10, 10**9, drop_fraction_anneal="constant")
+    assert schedule.last_update_step() == 10**9 - 1
+
+
 def test_steps_beyond_int32_still_count():
     schedule = sparse.UpdateSchedule(100, 2**40, drop_fraction_anneal="constant")
     step = 10**10 - 1  # training step 10**10, on the grid

@@ -138,18 +138,30 @@ class UpdateSchedule:
         return self._fraction(np.float64(t), _NumPy).item()
 
     def update_steps(self):
-        """Every optimizer step (`iterations` before the update) that updates."""
-        first = max(self.begin_step, self.delta_t if self.begin_step == 0 else 0)
-        last = self.t_end - 1 if self.drop_fraction_anneal == "cosine" else self.t_end
+        """Every optimizer step (`iterations` before the update) that updates.
+
+        A list as long as the number of updates: for a bounded `t_end` only.
+        """
+        first, last = self._training_steps_range()
         return [t - 1 for t in range(first, last + 1, self.delta_t)]
 
     def last_update_step(self):
         """The last optimizer step that updates, or None when none does.
 
-        For `MaskRule.last_update_step`: after it the step can leave the rule out.
+        For `MaskRule.last_update_step`: after it the step can leave the rule
+        out. Computed, not listed, so that a `t_end` beyond the run (10**9,
+        say) costs nothing when the step is traced.
         """
-        steps = self.update_steps()
-        return steps[-1] if steps else None
+        first, last = self._training_steps_range()
+        if last < first:
+            return None
+        return first + (last - first) // self.delta_t * self.delta_t - 1
+
+    def _training_steps_range(self):
+        """The first training step that updates and the last one that may."""
+        first = max(self.begin_step, self.delta_t if self.begin_step == 0 else 0)
+        last = self.t_end - 1 if self.drop_fraction_anneal == "cosine" else self.t_end
+        return first, last
 
     def get_config(self):
         return {
