@@ -83,18 +83,22 @@ def _slot_name(slot):
     return slot.path.rsplit("_", 1)[-1]
 
 
-def train(method, optimizer_name, mode, **kwargs):
+# SET moves body's connections, RigL head's: one compile checks both rules.
+METHODS = ("set", "rigl")
+
+
+def train(optimizer_name, mode):
     model, body, head = mlp()
-    sparse.sparsify(
-        model,
-        method,
-        sparsity=0.75,
-        t_end=100,
-        delta_t=DELTA_T,
-        alpha=ALPHA,
-        drop_fraction_anneal="constant",
-        **kwargs,
-    )
+    for layer, method in zip((body, head), METHODS):
+        sparse.sparsify(
+            layer,
+            method,
+            sparsity=0.75,
+            t_end=100,
+            delta_t=DELTA_T,
+            alpha=ALPHA,
+            drop_fraction_anneal="constant",
+        )
     model.compile(optimizer=optimizer(optimizer_name), loss="mse", **mode)
     record = Record([body, head])
     x, y = data()
@@ -102,31 +106,36 @@ def train(method, optimizer_name, mode, **kwargs):
     return model, record
 
 
-def check_run(method, record):
-    """The promises every run keeps, against its record."""
-    steps = [s for s, _, _, _ in record.steps]
-    assert steps == list(range(1, STEPS + 1))
-    # The masks after step t, and which steps moved them (the record shows
-    # the state after each step: SET moves at the start of the next one).
+def _moved_after(method):
+    """The steps after which `method` has moved the masks (the record shows the
+    state after each step: SET moves at the start of the next one)."""
     moved_after = list(range(DELTA_T, STEPS + 1, DELTA_T))
     if method == "set":
         moved_after = [t + 1 for t in moved_after if t < STEPS]
+    return moved_after
+
+
+def check_run(record):
+    """The promises every run keeps, against its record (layers by `METHODS`)."""
+    steps = [s for s, _, _, _ in record.steps]
+    assert steps == list(range(1, STEPS + 1))
     initial = record.steps[0][1]
     sizes = [k.sum() for k in initial]
     previous = initial
     for step, keeps, kernels, state in record.steps[1:]:
-        for keep, before, kernel, slots, size in zip(keeps, previous, kernels, state, sizes):
+        layers = zip(METHODS, keeps, previous, kernels, state, sizes)
+        for method, keep, before, kernel, slots, size in layers:
             assert keep.sum() == size  # constant sparsity
             np.testing.assert_array_equal(kernel[~keep], 0.0)  # exact, every step
             grown, dropped = keep & ~before, before & ~keep
-            if step not in moved_after:
+            if step not in _moved_after(method):
                 np.testing.assert_array_equal(keep, before)
                 continue
             moved = int(np.float32(size) * np.float32(ALPHA))
             assert grown.sum() == dropped.sum() == moved > 0
             if method == "rigl":
                 # After RigL's update step: grown entries 0, state fresh (0).
-                assert np.all(kernel[grown] == 0)
+                np.testing.assert_array_equal(kernel[grown], 0.0)
                 for value in slots.values():
                     np.testing.assert_array_equal(value[grown], 0.0)
             elif "momentum" in slots and "velocity" in slots:
@@ -135,21 +144,26 @@ def check_run(method, record):
                 # (Entries into a unit whose outputs are all dropped get a 0
                 # gradient, and so 0 moments.)
                 m, v = slots["momentum"][grown], slots["velocity"][grown]
-                np.testing.assert_allclose(m**2 * (1 - 0.999), v * 0.1**2, rtol=1e-3, atol=1e-14)
+                np.testing.assert_allclose(
+                    m**2 * (1 - 0.999), v * 0.1**2, rtol=1e-3, atol=1e-14
+                )
                 assert np.count_nonzero(v) > 0
         previous = keeps
 
 
-@pytest.mark.parametrize("method, optimizer_name", [("rigl", "sgd"), ("set", "adamw")])
-def test_masks_move_only_after_update_steps_by_the_scheduled_count(mode, method, optimizer_name):
-    _, record = train(method, optimizer_name, mode)
-    check_run(method, record)
+def test_masks_move_only_after_update_steps_by_the_scheduled_count(mode):
+    # AdamW with weight decay: dropped entries have moments and decay that
+    # would move them, grown ones must start from fresh moments.
+    _, record = train("adamw", mode)
+    check_run(record)
 
 
-@pytest.mark.parametrize("method, optimizer_name", [("rigl", "adamw"), ("set", "sgd")])
-def test_the_other_optimizer_too(method, optimizer_name):
-    _, record = train(method, optimizer_name, {})
-    check_run(method, record)
+def test_sgd_with_momentum_and_weight_decay_too():
+    # (Graph mode only: under XLA dropped entries' state is left alone and the
+    # entries zeroed after every update, for every optimizer, as AdamW's jit
+    # run above checks.)
+    _, record = train("sgd", {})
+    check_run(record)
 
 
 def test_rigl_grows_where_a_separately_computed_gradient_is_largest(mode):
@@ -230,8 +244,8 @@ def test_sparse_training_composes_with_set_mask_pruning_and_summary():
 
 def test_rigl_under_mixed_precision_skips_nothing_it_should_not():
     keras.config.set_dtype_policy("mixed_float16")
-    _, record = train("rigl", "adamw", {})
-    check_run("rigl", record)
+    _, record = train("adamw", {})
+    check_run(record)
 
 
 def test_save_mid_run_and_resume_bit_exact(tmp_path):
@@ -286,6 +300,7 @@ def test_rigl_with_factored_optimizer_state_is_one_clear_error():
         model.fit(x, y, batch_size=8, verbose=0)
 
 
+@pytest.mark.slow  # a worker process with 2 logical CPUs: ~12-30 s
 def test_replicas_of_a_mirrored_strategy_agree():
     script = os.path.join(os.path.dirname(__file__), "scripts", "sparse_mirrored_run.py")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))

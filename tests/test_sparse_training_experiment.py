@@ -340,6 +340,7 @@ BAD_FLAGS = {
 }
 
 
+@pytest.mark.slow  # a worker process that imports TensorFlow and trains: ~15 s
 def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
     argvs = [
         ["sparse_training", flag, f"--workdir={tmp_path / str(index)}"]
