@@ -14,6 +14,7 @@ if tuple(int(part) for part in _keras.__version__.split(".")[:2]) < _MIN_KERAS:
 from maskfit import distribute
 from maskfit import layers
 from maskfit import pruning
+from maskfit import sparse
 from maskfit.apply import apply_gradients
 from maskfit.backup import ExactBackupAndRestore
 from maskfit.gradients import custom_gradient
@@ -55,6 +56,7 @@ __all__ = [
     "register_output_units",
     "set_mask",
     "SHARED",
+    "sparse",
     "summary",
     "Summary",
     "SummaryRow",

@@ -19,22 +19,28 @@ class SummaryRow(NamedTuple):
 
     `learnable + frozen == params`; `shared` counts the learnable entries of
     an `OutputMask` layer that affect several output units, which the mask
-    never freezes; `pruned` counts the entries pruning dropped (they are
-    frozen at 0, and counted in `frozen` too).
+    never freezes; `pruned` counts the entries a rule dropped: pruning's
+    (frozen at 0), or those sparse training (`maskfit.sparse`) holds at 0
+    now and may grow back; both count in `frozen` too.
     """
 
     path: str
     shape: tuple
     params: int
     learnable: int
-    mask_kind: str  # "none", "output" or "element"; "+pruned" if pruned
+    mask_kind: str  # "none", "output" or "element"; "+pruned" / "+sparse" for a rule's
     shared: int = 0
     pruned: int = 0
 
     @property
     def frozen(self):
-        """Entries whose mask is 0: they never change in training."""
+        """Entries whose mask is 0: they do not change in the next step."""
         return self.params - self.learnable
+
+    @property
+    def sparsity(self):
+        """The fraction of the variable a rule holds at 0 (`pruned / params`)."""
+        return self.pruned / self.params if self.params else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +55,8 @@ class Summary:
       non_trainable_params: parameters in non-trainable variables.
       shared_params: learnable parameters of `OutputMask` layers shared by
         several output units (never frozen by the mask).
-      pruned_params: parameters pruning dropped (`maskfit.pruning`),
-        included in the frozen ones.
+      pruned_params: parameters a rule dropped (`maskfit.pruning`,
+        `maskfit.sparse`), included in the frozen ones.
     """
 
     rows: tuple
@@ -89,10 +95,12 @@ def summary(model, print_fn=print, step=None):
     many of its entries can still learn after the masks declared with
     `maskfit.set_mask` (an entry learns when its mask value is > 0) and how
     many are frozen, how many of the learnable ones an `OutputMask` leaves
-    free because they are shared by several output units, how many pruning
-    dropped (`maskfit.pruning`), and the kind of mask on it (`none`,
-    `output` or `element`, with `+pruned` for a pruned variable). The totals
-    give the effective number of trainable parameters.
+    free because they are shared by several output units, how many a rule
+    dropped and the variable's sparsity (pruning, `maskfit.pruning`, or
+    sparse training, `maskfit.sparse`, whose dropped entries may grow back),
+    and the kind of mask on it (`none`, `output` or `element`, with
+    `+pruned` or `+sparse` for a variable a rule covers). The totals give the
+    effective number of trainable parameters.
 
     Args:
       model: a built Keras model (or layer).
@@ -131,11 +139,12 @@ def summary(model, print_fn=print, step=None):
     entries = declared.resolve_masks(
         declare.masked_layers(model), variables, step=step
     )
-    pruned = {
-        index
+    regrows = {
+        index: bool(getattr(group.rule, "regrows", False))
         for group in rules.resolve_rules(rules.layer_rules(model), variables)
         for index in group.indices
     }
+    pruned = set(regrows)
     keeps = model_lib.keep_masks(model)
     rows = []
     for index, variable in enumerate(variables):
@@ -147,7 +156,8 @@ def summary(model, print_fn=print, step=None):
         learnable, shared = _counts(shape, entry, keep)
         dropped = 0
         if index in pruned:
-            kind = "pruned" if entry is None else f"{kind}+pruned"
+            rule_kind = "sparse" if regrows[index] else "pruned"
+            kind = rule_kind if entry is None else f"{kind}+{rule_kind}"
             dropped = 0 if keep is None else int(keep.size - np.count_nonzero(keep))
         rows.append(
             SummaryRow(variable.path, shape, params, learnable, kind, shared, dropped)
@@ -170,8 +180,13 @@ def summary(model, print_fn=print, step=None):
     return result
 
 
+def _ruled(row, kinds=("pruned", "sparse")):
+    """Whether a rule of one of `kinds` covers the row's variable."""
+    return row.mask_kind.endswith(kinds)
+
+
 def _table(name, result):
-    pruning = any(r.mask_kind.endswith("pruned") for r in result.rows)
+    pruning = any(_ruled(r) for r in result.rows)
     header = (
         "Variable (path)",
         "Shape",
@@ -179,7 +194,7 @@ def _table(name, result):
         "Learnable",
         "Frozen",
         "Shared",
-    ) + (("Pruned",) if pruning else ()) + ("Mask",)
+    ) + (("Pruned", "Sparsity") if pruning else ()) + ("Mask",)
     cells = [header] + [
         (
             r.path,
@@ -189,7 +204,15 @@ def _table(name, result):
             f"{r.frozen:,}",
             f"{r.shared:,}" if r.mask_kind.startswith("output") else "-",
         )
-        + ((f"{r.pruned:,}" if r.mask_kind.endswith("pruned") else "-",) if pruning else ())
+        + (
+            (
+                (f"{r.pruned:,}", f"{100 * r.sparsity:.1f}%")
+                if _ruled(r)
+                else ("-", "-")
+            )
+            if pruning
+            else ()
+        )
         + (r.mask_kind,)
         for r in result.rows
     ]
@@ -213,8 +236,15 @@ def _table(name, result):
         f" Learnable params (after masks): {result.learnable_params:,}"
         f" ({result.frozen_params:,} frozen)"
     )
-    if pruning:
-        yield f" Pruned params (frozen at 0): {result.pruned_params:,}"
+    for kind, what in (
+        ("pruned", "Pruned params (frozen at 0)"),
+        ("sparse", "Sparse training, params at 0 (they may grow back)"),
+    ):
+        rows = [r for r in result.rows if _ruled(r, kind)]
+        if rows:
+            dropped = sum(r.pruned for r in rows)
+            total = sum(r.params for r in rows)
+            yield f" {what}: {dropped:,} of {total:,} ({100 * dropped / total:.1f}%)"
     if any(r.mask_kind.startswith("output") for r in result.rows):
         yield (
             f" Shared by several output units (OutputMask leaves them learning):"

@@ -11,7 +11,7 @@ from maskfit.pruning import rule as rule_lib
 from maskfit.pruning import schedules
 from maskfit.spec import rules as mask_rules
 
-__all__ = ["PrunedModel", "prune_low_magnitude", "strip_pruning"]
+__all__ = ["PrunedModel", "masked_model", "prune_low_magnitude", "strip_pruning"]
 
 
 def prune_low_magnitude(
@@ -115,7 +115,7 @@ def prune_low_magnitude(
             mask_rules.set_rule(layer, rule)
         return layers
     if isinstance(to_prune, keras.Model):
-        model = _masked(to_prune)
+        model = masked_model(to_prune)
         _check(rule, model)
         mask_rules.set_rule(model, rule)
         return model
@@ -141,8 +141,17 @@ def _check(rule, layer):
         )
 
 
-def _masked(model):
-    """`model` if it trains with masks, else a masked model with its layers."""
+def masked_model(model):
+    """`model` if it trains with masks, else a masked model with its layers and weights.
+
+    A plain `keras.Sequential` gives a `MaskedSequential`, a functional
+    `keras.Model` a `MaskedModel`, a subclassed one a `PrunedModel` that runs
+    it; what rules declare (pruning, `maskfit.sparse`) needs one of those.
+
+    Raises:
+      ValueError: for a subclassed model that overrides `train_step` or
+        `compute_loss`, which the masked step would bypass.
+    """
     if isinstance(model, (model_lib.MaskedModel, model_lib.MaskedSequential)):
         return model
     if isinstance(model, keras.Sequential):

@@ -77,7 +77,7 @@ def prune_units(
         pruning_schedule, importance, global_pruning, round_to, min_units, ignored_layers
     )
     _check_model(model, "prune_units")
-    masked = prune_lib._masked(model)
+    masked = prune_lib.masked_model(model)
     rule.plan(masked)
     rules_lib.set_rule(masked, rule)
     return masked

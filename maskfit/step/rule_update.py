@@ -75,7 +75,18 @@ def apply(
     def apply_all(distribution, gradients):
         value = step.value if isinstance(step, keras.Variable) else step
         current_step = tf.cast(tf.convert_to_tensor(value), tf.int64)
+        xla = internals.tracing_for_xla()
         for rule, indices in groups:
+            if xla:
+                entries = [
+                    (variables[i], i, declared.get(i), state.get(i, ()))
+                    for i in indices
+                ]
+                own = [gradients[i] for i in indices] if rule.uses_gradients else None
+                _update_group_outside_cond(
+                    rules, distribution, rule, current_step, entries, own, fresh or {}
+                )
+                continue
 
             def update(rule=rule, indices=indices):
                 entries = [
@@ -114,6 +125,46 @@ def _update_group(rules, distribution, rule, step, entries, gradients, fresh):
     Returns:
       The ops that assign the keep masks, drop and regrow.
     """
+    olds = [tf.convert_to_tensor(rules.keeps[e[1]]) for e in entries]
+    kept = _new_keeps(rules, rule, step, entries, gradients)
+    return _assign(rules, distribution, rule, entries, olds, kept, fresh)
+
+
+def _update_group_outside_cond(
+    rules, distribution, rule, step, entries, gradients, fresh
+):
+    """`_update_group` for a step compiled with XLA: only the keep masks in the cond.
+
+    XLA passes whatever a conditional's branch may write through it as
+    operands and results, in every step: with the drop and the regrowth in
+    the branch, the kernels and their optimizer state go through it in every
+    step, out of the optimizer's fused update and back. Here the branch
+    returns only the new keep masks (the current ones when the rule does
+    not update), and the drop and the regrowth run in every step, outside
+    it: an elementwise select per variable and state tensor, which changes
+    nothing where the keep masks did not.
+
+    Args:
+      gradients: the variables' gradients (per replica), or None; summed
+        over the replicas inside the branch, at update steps only.
+    """
+
+    def updated():
+        summed = None
+        if gradients is not None:
+            summed = [_summed(distribution, g) for g in gradients]
+        return tuple(_new_keeps(rules, rule, step, entries, summed))
+
+    olds = [tf.convert_to_tensor(rules.keeps[e[1]]) for e in entries]
+    kept = tf.cond(rule.should_update(step), updated, lambda: tuple(olds))
+    return _assign(rules, distribution, rule, entries, olds, list(kept), fresh)
+
+
+def _new_keeps(rules, rule, step, entries, gradients):
+    """The new keep masks of one rule's variables (bool tensors), all computed
+    before any is assigned: `rule.keep_masks`, the entries a declared mask
+    freezes kept, and the current masks where the step's gradients are not
+    finite."""
     weights, protected = [], []
     for variable, index, declared, _ in entries:
         value = tf.convert_to_tensor(variable)
@@ -143,6 +194,30 @@ def _update_group(rules, distribution, rule, step, entries, gradients, fresh):
             f"{type(rule).__name__}.keep_masks returned {len(kept)} masks for"
             f" {len(entries)} variables; it must return one per variable."
         )
+    finite = None
+    if gradients is not None:
+        # A loss-scale overflow (the optimizer skipped this step): no update.
+        finite = tf.reduce_all(
+            [tf.reduce_all(tf.math.is_finite(g)) for g in gradients if g is not None]
+        )
+    new = []
+    for (_, index, _, _), keep, guarded in zip(entries, kept, protected):
+        keep = _as_keep(keep)
+        if guarded is not None:
+            keep = tf.logical_or(keep, guarded)
+        if finite is not None:
+            keep = tf.where(finite, keep, tf.convert_to_tensor(rules.keeps[index]))
+        new.append(keep)
+    return new
+
+
+def _assign(rules, distribution, rule, entries, olds, kept, fresh):
+    """Assigns the keep masks `kept`; the weights (and state) they drop set to
+    +0.0, the entries they grow back (`kept` but not `olds`) given fresh state.
+
+    Returns:
+      The ops.
+    """
 
     def assign(target, value):
         return target.assign(value)
@@ -153,23 +228,12 @@ def _update_group(rules, distribution, rule, step, entries, gradients, fresh):
     def regrow(target, grown, value):
         return target.assign(tf.where(grown, tf.cast(value, target.dtype), target))
 
-    finite = None
-    if gradients is not None:
-        # A loss-scale overflow (the optimizer skipped this step): no update.
-        finite = tf.reduce_all(
-            [tf.reduce_all(tf.math.is_finite(g)) for g in gradients if g is not None]
-        )
     ops = []
-    for (variable, index, _, state), keep, guarded in zip(entries, kept, protected):
-        keep = _as_keep(keep)
-        if guarded is not None:
-            keep = tf.logical_or(keep, guarded)
+    for (variable, index, _, state), keep, old in zip(entries, kept, olds):
         keep_variable = rules.keeps[index]
-        if finite is not None:
-            keep = tf.where(finite, keep, tf.convert_to_tensor(keep_variable))
         grown = None
         if rule.regrows:
-            grown = tf.logical_and(keep, tf.logical_not(tf.convert_to_tensor(keep_variable)))
+            grown = tf.logical_and(keep, tf.logical_not(old))
         ops += tf.nest.flatten(
             distribution.extended.update(keep_variable, assign, args=(keep,), group=False)
         )
