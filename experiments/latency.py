@@ -124,9 +124,17 @@ def _tflite_inference(model, x):
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "model.tflite")
         signature = [tf.TensorSpec(x.shape, tf.float32)]
-        model.export(path, format="litert", input_signature=signature, verbose=False)
-        with open(path, "rb") as f:
-            content = f.read()
+        try:
+            model.export(path, format="litert", input_signature=signature, verbose=False)
+            with open(path, "rb") as f:
+                content = f.read()
+        except ValueError as e:  # An older Keras: no LiteRT export yet.
+            if "format" not in str(e):
+                raise
+            # The SavedModel that Keras's LiteRT export goes through, converted.
+            saved = os.path.join(directory, "saved_model")
+            model.export(saved, input_signature=signature, verbose=False)
+            content = tf.lite.TFLiteConverter.from_saved_model(saved).convert()
     threads = tf.config.threading.get_intra_op_parallelism_threads() or None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # The move to ai-edge-litert.
