@@ -268,9 +268,7 @@ WHAT = (
     " ended from MultiOptimizer's weights, relative to how far those moved);"
     " 'agrees': distance <= {tolerance}. maskfit = MaskedModel +"
     " layerwise_decay; rates_step = stock step, optimizer.apply under"
-    " scaled_learning_rates. While MaskedModel's step still scales gradients by"
-    " fractional masks (before the learning-rate multipliers are wired into it),"
-    " maskfit does not agree and its time does not include the mechanism."
+    " scaled_learning_rates (the mechanism MaskedModel's step uses)."
 )
 
 
