@@ -2,9 +2,12 @@
 
 import os
 
-import setuptools
+import pytest
 
 import maskfit
+
+# Python 3.12+ virtual environments have no setuptools (pip builds in its own).
+setuptools = pytest.importorskip("setuptools", reason="needs setuptools to list packages")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(maskfit.__file__)))
 
