@@ -32,7 +32,6 @@ import numpy as np
 
 from benchmarks import shrunk_latency_lib
 from experiments import datasets
-from experiments import structured_models
 from experiments import structured_widths
 from experiments import structured_train
 
@@ -57,7 +56,7 @@ def default_frameworks():
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(structured_train.Settings):
     """What to run; the defaults are issue 23's comparison.
 
     Attributes:
@@ -137,27 +136,6 @@ class Config:
                 for fraction in self.fractions:
                     if fraction:
                         structured_widths.shrunk(arch, fraction, self.round_to)
-
-    @property
-    def budget(self):
-        """The `structured_train.Budget` of every arm."""
-        return structured_train.Budget(
-            optimizer=self.optimizer,
-            learning_rate=self.learning_rate,
-            batch_size=self.batch_size,
-            epochs=self.epochs,
-            prune_epochs=self.prune_epochs,
-            prune_steps=self.prune_steps,
-            finetune_epochs=self.finetune_epochs,
-        )
-
-    def architecture(self, kind, dataset):
-        """The dense `kind` network for the data set `dataset`."""
-        if kind == "mlp":
-            return structured_models.for_data(kind, dataset, hidden=self.mlp_hidden)
-        return structured_models.for_data(
-            kind, dataset, widths=self.resnet_widths, blocks=self.resnet_blocks
-        )
 
 
 def _load(config, name):

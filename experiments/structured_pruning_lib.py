@@ -23,7 +23,6 @@ from experiments import common
 from experiments import datasets
 from experiments import latency
 from experiments import structured_maskfit
-from experiments import structured_models
 from experiments import structured_pruning_report as report
 from experiments import structured_train
 from experiments import structured_widths
@@ -32,7 +31,7 @@ __all__ = ["Config", "run"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(structured_train.Settings):
     """What to run; the defaults finish in about 10 minutes on 2 cores.
 
     Attributes:
@@ -112,27 +111,6 @@ class Config:
                     structured_widths.shrunk(
                         self.architecture(kind, name), fraction, self.round_to
                     )
-
-    @property
-    def budget(self):
-        """The `structured_train.Budget` of every run."""
-        return structured_train.Budget(
-            optimizer=self.optimizer,
-            learning_rate=self.learning_rate,
-            batch_size=self.batch_size,
-            epochs=self.epochs,
-            prune_epochs=self.prune_epochs,
-            prune_steps=self.prune_steps,
-            finetune_epochs=self.finetune_epochs,
-        )
-
-    def architecture(self, kind, dataset):
-        """The dense `kind` network for the data set `dataset`."""
-        if kind == "mlp":
-            return structured_models.for_data(kind, dataset, hidden=self.mlp_hidden)
-        return structured_models.for_data(
-            kind, dataset, widths=self.resnet_widths, blocks=self.resnet_blocks
-        )
 
 
 def _check_names(field, values, known):
