@@ -89,7 +89,10 @@ class Coupling:
         Returns:
           One `TensorUnits` per output tensor of the call.
         """
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement couple(call, graph): a"
+            " Coupling subclass says how units cross its layer."
+        )
 
     def shrink_config(self, layer, config, shrunk):
         """Returns `layer`'s config with fewer units (by default, unchanged).

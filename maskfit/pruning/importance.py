@@ -27,11 +27,17 @@ class Importance:
           value: its value in this step (removed entries are 0).
           accumulated: what `accumulate` summed since the last update, or None.
         """
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement __call__(variable, value,"
+            " accumulated), or pass a function as `importance`."
+        )
 
     def accumulate(self, value, gradient):
         """What one step adds to `accumulated` (for `needs_gradients`)."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} sets needs_gradients but does not implement"
+            " accumulate(value, gradient)."
+        )
 
     def get_config(self):
         return {}
