@@ -20,6 +20,7 @@ from absl import app
 from absl import flags
 
 from benchmarks import structured_lib
+from experiments import common
 
 _DEFAULTS = structured_lib.Config()
 _LISTS = {  # Flag -> the type of its items.
@@ -80,27 +81,11 @@ _WORKDIR = flags.DEFINE_string(
 )
 
 
-def _values():
-    values = {}
-    for name, flag in _FLAGS.items():
-        if name not in _LISTS:
-            values[name] = flag.value
-            continue
-        try:
-            values[name] = tuple(_LISTS[name](v) for v in flag.value)
-        except ValueError as e:
-            raise app.UsageError(
-                f"--{name} takes comma-separated {_LISTS[name].__name__}s."
-                f" Received: {','.join(flag.value)}"
-            ) from e
-    return values
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
     try:
-        config = structured_lib.Config(**_values())
+        config = structured_lib.Config(**common.flag_values(_FLAGS, _LISTS))
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     results = structured_lib.run(config, _WORKDIR.value)

@@ -14,6 +14,7 @@ import json
 import os
 
 import keras
+from absl import app
 from absl import flags
 
 from maskfit import distribute
@@ -27,6 +28,7 @@ __all__ = [
     "check_scale",
     "define_scale_flags",
     "experiment_run",
+    "flag_values",
     "make_optimizer",
     "strategy_and_precision",
     "write_json",
@@ -146,6 +148,34 @@ def experiment_run(config, workdir):
             os.makedirs(workdir, exist_ok=True)
             write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(config))
         yield strategy, chief
+
+
+def flag_values(holders, lists):
+    """The values of absl flags by name, list flags as tuples of their type.
+
+    Args:
+      holders: `{name: FlagHolder}`.
+      lists: `{name: type}` for the list flags among them (`int`, `float`...).
+
+    Returns:
+      `{name: value}`, ready for a config's constructor.
+
+    Raises:
+      app.UsageError: if a list flag holds an item its type does not parse.
+    """
+    values = {}
+    for name, flag in holders.items():
+        if name not in lists:
+            values[name] = flag.value
+            continue
+        try:
+            values[name] = tuple(lists[name](v) for v in flag.value)
+        except ValueError as e:
+            raise app.UsageError(
+                f"--{name} takes comma-separated {lists[name].__name__}s."
+                f" Received: {','.join(flag.value)}"
+            ) from e
+    return values
 
 
 def write_json(path, value):

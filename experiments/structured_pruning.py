@@ -23,6 +23,8 @@ import dataclasses
 from absl import app
 from absl import flags
 
+from experiments import common
+
 from experiments.structured_pruning_lib import Config
 from experiments.structured_pruning_lib import run
 
@@ -81,27 +83,11 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the run's outputs
 flags.mark_flag_as_required("workdir")
 
 
-def _values():
-    values = {}
-    for name, flag in _FLAGS.items():
-        if name not in _LISTS:
-            values[name] = flag.value
-            continue
-        try:
-            values[name] = tuple(_LISTS[name](v) for v in flag.value)
-        except ValueError as e:
-            raise app.UsageError(
-                f"--{name} takes comma-separated {_LISTS[name].__name__}s."
-                f" Received: {','.join(flag.value)}"
-            ) from e
-    return values
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
     try:
-        config = Config(**_values())
+        config = Config(**common.flag_values(_FLAGS, _LISTS))
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     run(config, _WORKDIR.value)
