@@ -42,7 +42,7 @@ _FRAMEWORKS = flags.DEFINE_list(
     "frameworks", list(_DEFAULTS.frameworks), "keras, torch."
 )
 _KERAS_PATHS = flags.DEFINE_list(
-    "keras_paths", list(_DEFAULTS.keras_paths), "function, xla, predict_on_batch, eager."
+    "keras_paths", list(_DEFAULTS.keras_paths), "function, xla, predict_on_batch, eager, tflite."
 )
 _TORCH_PATHS = flags.DEFINE_list(
     "torch_paths", list(_DEFAULTS.torch_paths), "eager, trace, compile."

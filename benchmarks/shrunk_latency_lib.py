@@ -141,14 +141,20 @@ def set_threads(threads, frameworks):
         torch_models.set_torch_threads(intra, inter)
 
 
-def _narrowest(arch):
-    """`arch` with one unit in every prunable group."""
+def _narrowest(arch, units):
+    """`arch` with `units` units in every prunable group (the width rule's least).
+
+    Not one unit: TensorFlow 2.21's LiteRT converter fails on a 1-D ResNet
+    whose groups are one channel wide (batch 1: "'tf.Transpose' op x should
+    be of the same rank with y"), and `round_to` units is the narrowest
+    network pruning with `round_to` can leave.
+    """
     if isinstance(arch, structured_models.MLP):
-        return dataclasses.replace(arch, hidden=(1,) * len(arch.hidden))
+        return dataclasses.replace(arch, hidden=(units,) * len(arch.hidden))
     return dataclasses.replace(
         arch,
-        widths=(1,) * len(arch.widths),
-        inner_widths=(1,) * (len(arch.widths) * arch.blocks),
+        widths=(units,) * len(arch.widths),
+        inner_widths=(units,) * (len(arch.widths) * arch.blocks),
     )
 
 
@@ -178,9 +184,9 @@ def _time(config, framework, kind):
         for name, arch in (("dense", dense_arch), ("shrunk", shrunk_arch))
     }
     build, inference, paths = _builders(framework)
-    # "floor": the smallest network of the kind (one unit or channel per
-    # group), timed alongside: what a call costs whatever the widths.
-    floor = _narrowest(dense_arch)
+    # "floor": the narrowest network of the kind (`round_to` units or
+    # channels per group), timed alongside: what a call costs whatever the widths.
+    floor = _narrowest(dense_arch, config.round_to)
     models = {"dense": build(dense_arch), "shrunk": build(shrunk_arch), "floor": build(floor)}
     rows = []
     for path in getattr(config, paths):

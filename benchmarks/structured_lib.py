@@ -98,7 +98,7 @@ class Config(structured_train.Settings):
     latency_batches: tuple = (1, 64)
     latency_rounds: int = 20
     round_seconds: float = 0.05
-    keras_path: str = "function"
+    keras_path: str = "tflite"  # As `structured_pruning_lib.Config`'s.
     torch_path: str = "trace"
     jit_compile: bool = False
     threads: tuple = (2, 1)

@@ -56,7 +56,7 @@ _HELP = {
     "latency_batches": "Batch sizes timed.",
     "latency_rounds": "Interleaved rounds timed per batch size.",
     "round_seconds": "About how long the dense model runs per round.",
-    "keras_path": "Keras inference path: function, xla, predict_on_batch, eager.",
+    "keras_path": "Keras inference path: tflite (LiteRT), function, xla, predict_on_batch, eager.",
     "torch_path": "PyTorch inference path: eager, trace, compile.",
     "jit_compile": "Keras trains with XLA.",
     "threads": "intra_op,inter_op threads of both frameworks (0,0: defaults).",

@@ -59,7 +59,7 @@ _HELP = {
     "latency_batches": "Batch sizes timed.",
     "latency_rounds": "Interleaved rounds timed per batch size.",
     "round_seconds": "About how long the dense model runs per round.",
-    "keras_path": "Inference path timed: function, xla, predict_on_batch, eager, tflite.",
+    "keras_path": "Inference path timed: tflite (LiteRT), function, xla, predict_on_batch, eager.",
     "jit_compile": "Train with XLA.",
     "run_eagerly": "Train eagerly (no tracing; for tiny runs only).",
     "threads": "TensorFlow's intra_op,inter_op threads (0,0: its defaults).",

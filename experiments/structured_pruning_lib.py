@@ -72,7 +72,10 @@ class Config(structured_train.Settings):
     latency_batches: tuple = (1, 64)
     latency_rounds: int = 10
     round_seconds: float = 0.05
-    keras_path: str = "function"
+    # LiteRT: a call costs microseconds, so the times are the model's; a
+    # `tf.function` call costs ~0.2-0.5 ms on a 2-core CPU whatever the
+    # widths (docs/structured_pruning.md, "Latency: how it is measured").
+    keras_path: str = "tflite"
     jit_compile: bool = False
     run_eagerly: bool = False
     threads: tuple = (1, 1)

@@ -57,6 +57,7 @@ _STRUCTURED = structured_lib.Config(
     round_seconds=0.001,
     threads=(0, 0),
     max_train_examples=64,
+    keras_path="function",  # The experiment's test runs the default, LiteRT.
 )
 
 
