@@ -189,7 +189,9 @@ def test_two_of_four_is_applied_before_the_first_call_and_not_traced(mode):
     # Once, eagerly, before the first call; never in the step.
     assert calls == [True]
     if not mode.get("run_eagerly"):
-        assert runs[InStep][0] == [False]  # traced into the step
+        # Traced into the step (under XLA also where the step picks its
+        # variant with or without the rule's update: maskfit.step.split).
+        assert runs[InStep][0] == [False] * (2 if mode.get("jit_compile") else 1)
     groups = kernel.T.reshape(8, 2, 4)
     assert np.all(np.count_nonzero(groups, axis=-1) == 2)
     # The same masks as when the rule runs in step 1, the same training.

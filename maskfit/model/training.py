@@ -22,12 +22,17 @@ class MaskedTraining:
     masking stage's parts between its lines: `begin_step` before the forward
     pass, the gradients of the variables that can learn, `apply_grad_masks`,
     and the guarded update. When the step is planned, traced and prepared is
-    the model's `StepLifecycle`'s business (`maskfit.step.lifecycle`).
+    the model's `StepLifecycle`'s business (`maskfit.step.lifecycle`); under
+    `jit_compile=True` with rules, the function Keras traces around it only
+    picks one of its two compiled variants (`maskfit.step.split`).
     """
 
     def train_step(self, data):
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         lifecycle = self._maskfit_lifecycle()
+        if lifecycle.split is not None and not internals.tracing_for_xla():
+            # Traced without XLA around the two compiled variants of this step.
+            return lifecycle.split(data)
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         masker = lifecycle.masker_for(self._all_trainable_weights())
         if masker is not None and masker.scheduled:
             masker.begin_step(self.optimizer.iterations, self.optimizer)
@@ -146,7 +151,8 @@ class MaskedTraining:
         lifecycle = getattr(self, _LIFECYCLE_ATTR, None)
         if lifecycle is None:
             keras_make = functools.partial(super().make_train_function)
-            lifecycle = lifecycle_lib.StepLifecycle(self, keras_make)
+            own = internals.defining_class(type(self), "train_step") is MaskedTraining
+            lifecycle = lifecycle_lib.StepLifecycle(self, keras_make, own_train_step=own)
             internals.set_untracked(self, _LIFECYCLE_ATTR, lifecycle)
         return lifecycle
 

@@ -11,4 +11,6 @@
 - `masker`: `GradientMasker`, which runs the stage's parts in order.
 - `lifecycle`: `StepLifecycle`, when the step is planned, traced, settled
   and prepared.
+- `split`: under XLA, a step with rules compiled with and without their
+  updates, one picked per step.
 """

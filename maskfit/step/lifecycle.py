@@ -32,6 +32,7 @@ from maskfit.optim import rebuild
 from maskfit.spec import declare
 from maskfit.spec import rules
 from maskfit.step import masker as masker_lib
+from maskfit.step import split as split_lib
 
 __all__ = ["StepLifecycle"]
 
@@ -60,11 +61,17 @@ class StepLifecycle:
       model: the `MaskedModel` (or `MaskedSequential`).
       keras_make_train_function: Keras's own `make_train_function` of the
         model (`force=True` sets `model.train_function` anew), which this wraps.
+      own_train_step: whether the model's `train_step` is maskfit's own
+        (not a subclass's override): only then may the step be split.
     """
 
-    def __init__(self, model, keras_make_train_function):
+    def __init__(self, model, keras_make_train_function, own_train_step=True):
         self._model = model
         self._keras_make = keras_make_train_function
+        self._own_train_step = own_train_step
+        # A `maskfit.step.split.SplitStep` when the traced step is split (XLA
+        # with rules): `train_step` outside XLA only calls it.
+        self.split = None
         self.masker = None
         self.phase = UNPLANNED
         self.pending_keeps = {}  # {variable key: bool array}, loaded before planning
@@ -100,7 +107,17 @@ class StepLifecycle:
         """
         model = self._model
         outer = model.train_function
-        self._keras_make(force=True)
+        self.split = None
+        if split_lib.applies(model, self.masker, self._own_train_step):
+            self.split = split_lib.SplitStep(
+                model.train_step,
+                lambda: self.masker.rules,
+                lambda: model.optimizer.iterations,
+            )
+            with split_lib.traced_without_xla(model):
+                self._keras_make(force=True)
+        else:
+            self._keras_make(force=True)
         self._inner = model.train_function
         if self._wrapper is None:
             lifecycle = self

@@ -9,6 +9,9 @@ rules' `RuleState` and the fresh optimizer state regrowing rules give the
 entries they keep again (read outside the step). `GradientMasker` owns one.
 """
 
+import contextlib
+
+import tensorflow as tf
 
 from maskfit import internals
 from maskfit.optim import traits
@@ -33,6 +36,7 @@ class RuleStage:
         self._variables = variables
         self.state = rule_state.RuleState()
         self._fresh = {}  # {position: [(state, fresh value)]} of regrowing rules
+        self._left_out = False  # `updates_left_out`, while a step is traced
 
     def read_fresh_state(self, optimizer):
         """Reads, outside the step, the fresh optimizer state of every variable a
@@ -47,6 +51,30 @@ class RuleStage:
         self._fresh = {
             i: traits.fresh_state(optimizer, self._variables[i]) for i in sorted(regrowing)
         }
+
+    def due(self, step):
+        """Whether a rule the step runs updates at optimizer `step`: a bool tensor.
+
+        None when the step runs no rule (`maskfit.step.split` reads it).
+        """
+        numbers = sorted(self.state.in_step)
+        if not numbers:
+            return None
+        step = tf.cast(tf.convert_to_tensor(step), tf.int64)
+        due = [self.state.groups[n].rule.should_update(step) for n in numbers]
+        return tf.reduce_any(tf.stack([tf.convert_to_tensor(d, tf.bool) for d in due]))
+
+    @contextlib.contextmanager
+    def updates_left_out(self):
+        """A step traced in here runs no rule's update (`before_forward` and
+        `after_update` do nothing); the keep masks still apply, and rules
+        still `observe` gradients. For steps at which no rule updates
+        (`maskfit.step.split`)."""
+        self._left_out = True
+        try:
+            yield
+        finally:
+            self._left_out = False
 
     def prepare(self, step, optimizer, frozen, declared, settle, xla):
         """Outside the step, before a call at optimizer `step`: `RuleState.prepare`."""
@@ -106,7 +134,7 @@ class RuleStage:
 
     def _run(self, step, optimizer, frozen, declared, numbers, gradients=None):
         """Runs the rules at `numbers` (in the step's groups) that update at `step`."""
-        if not numbers:
+        if not numbers or self._left_out:
             return
         state = self.state
         zeroed = set() if internals.tracing_for_xla() else state.indices_in_step()
