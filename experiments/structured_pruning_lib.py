@@ -199,5 +199,9 @@ def run(config, workdir):
     common.write_json(os.path.join(workdir, "metrics.json"), metrics)
     with open(os.path.join(workdir, "structured_pruning.md"), "w") as f:
         f.write(report.format_table(metrics))
-    report.plot(metrics["summary"], os.path.join(workdir, "structured_pruning.png"))
+    report.plot(
+        metrics["summary"],
+        os.path.join(workdir, "structured_pruning.png"),
+        keras_path=config.keras_path,
+    )
     return metrics

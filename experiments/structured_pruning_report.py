@@ -160,8 +160,15 @@ def pareto(points):
     return sorted(front, key=lambda i: points[i][0])
 
 
-def plot(summary, path):
-    """Accuracy against latency per (data set, network), with the Pareto front."""
+# How the x axis names each inference path of `experiments.latency`.
+_RUNTIMES = {"tflite": "LiteRT", "function": "tf.function", "xla": "tf.function XLA"}
+
+
+def plot(summary, path, keras_path="tflite"):
+    """Accuracy against latency per (data set, network), with the Pareto front.
+
+    `keras_path` (`experiments.latency.KERAS_PATHS`) names the runtime timed.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -195,7 +202,7 @@ def plot(summary, path):
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
         ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-        ax.set_xlabel("median latency per call (ms, log)")
+        ax.set_xlabel(f"median latency per call, {_RUNTIMES.get(keras_path, keras_path)} (ms, log)")
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"{kind} on {dataset}", fontsize=10)
         ax.grid(alpha=0.3)
