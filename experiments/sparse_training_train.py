@@ -179,17 +179,21 @@ def declare_method(model, method, sparsity, config, seed):
 
 
 def batches(data, config, seed):
-    """`train_steps` batches of the training set, reshuffled each pass, for `seed`."""
+    """`train_steps` batches of the training set, reshuffled each pass, for `seed`.
+
+    The batches are gathered from the training set by index inside tf.data
+    (not copied out beforehand: 3,000 batches of 100 MNIST-1D examples are
+    48 MB, and copying them took 0.5 s of every training).
+    """
     rng = np.random.default_rng([seed, 0])
     needed = config.train_steps * config.batch_size
     passes = -(-needed // len(data.x_train))
     order = np.concatenate([rng.permutation(len(data.x_train)) for _ in range(passes)])[
         :needed
     ]
-    dataset = tf.data.Dataset.from_tensor_slices(
-        (data.x_train[order], data.y_train[order])
-    )
-    return dataset.batch(config.batch_size)
+    x, y = tf.constant(data.x_train), tf.constant(data.y_train)
+    dataset = tf.data.Dataset.from_tensor_slices(order).batch(config.batch_size)
+    return dataset.map(lambda index: (tf.gather(x, index), tf.gather(y, index)))
 
 
 class _Curve(keras.callbacks.Callback):
