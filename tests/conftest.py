@@ -28,6 +28,11 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
+        "other_modes_slow: the `mode` test's eager and jit cases are `slow` (a matrix"
+        " over optimizers or layers whose promise in those modes a fast test keeps)",
+    )
+    config.addinivalue_line(
+        "markers",
         "slow: a long end-to-end run (an experiment or benchmark at a realistic size,"
         " worker processes); README's test command leaves these out, .ci/run runs them",
     )
@@ -47,6 +52,11 @@ def _parametrized_directly(metafunc, name):
 def pytest_generate_tests(metafunc):
     if "mode" in metafunc.fixturenames and not _parametrized_directly(metafunc, "mode"):
         names = sorted(MODES)
+        if metafunc.definition.get_closest_marker("other_modes_slow") is not None:
+            names = [
+                name if name == "graph" else pytest.param(name, marks=pytest.mark.slow)
+                for name in names
+            ]
         if metafunc.definition.get_closest_marker("fused_too") is not None:
             # The fused variant repeats graph mode with XLA in the update: slow.
             names.append(pytest.param(FUSED, marks=pytest.mark.slow))

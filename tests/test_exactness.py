@@ -111,6 +111,10 @@ def train_and_check(optimizer, mode, constraint=None, model_cls=None):
 
 
 @pytest.mark.fused_too  # also with the masked update compiled by XLA
+# Its eager and jit cases run with the slow tests (.ci/run runs both): README's
+# test command keeps every optimizer in graph mode and, in every mode, the
+# settings test below.
+@pytest.mark.other_modes_slow
 @pytest.mark.parametrize("name", [param_if_shipped(name) for name in sorted(OPTIMIZERS)])
 def test_frozen_entries_hold_for_every_optimizer_with_every_setting(name, mode):
     train_and_check(OPTIMIZERS[name](**KITCHEN_SINK), mode)

@@ -852,6 +852,7 @@ def test_spectral_normalization_around_a_masked_layer_is_refused_at_plan_time():
         model.fit(np.ones((2, 4)), np.ones((2, 2)), verbose=0)
 
 
+@pytest.mark.other_modes_slow  # .ci/run runs eager and jit
 @pytest.mark.parametrize(
     "make",
     [

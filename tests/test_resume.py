@@ -7,6 +7,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "resume_run.py")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,6 +83,7 @@ def run_interrupted(tmp_path, variant):
     return dirs
 
 
+@pytest.mark.slow  # worker processes, killed and resumed
 def test_killed_and_raising_runs_resume_bit_identical(tmp_path):
     dirs = run_interrupted(tmp_path, "masks")
 
@@ -95,6 +97,7 @@ def test_killed_and_raising_runs_resume_bit_identical(tmp_path):
     assert (dirs["raised"] / "steps_raise.txt").read_text() == "8"
 
 
+@pytest.mark.slow  # worker processes, killed and resumed
 def test_pruned_runs_resume_bit_identical_keep_masks_included(tmp_path):
     dirs = run_interrupted(tmp_path, "pruning")
 
