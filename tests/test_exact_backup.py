@@ -128,6 +128,7 @@ def test_bad_arguments_raise_one_clear_error(kwargs, match):
 # --- resuming inside an epoch
 
 
+@pytest.mark.other_modes_slow  # .ci/run runs eager and jit
 def test_resumes_inside_an_epoch_bit_identical(tmp_path, mode):
     reference = build(**mode)
     expected_history = fit(reference)

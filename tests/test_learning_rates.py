@@ -31,6 +31,11 @@ COLUMNS = (0.1, 0.5, 3.0, 1.0)
 COUPLED = ("Lamb", "Adafactor")
 # Graph first: it computes the references the others compare with.
 EXECUTIONS = ("graph", "eager", "jit")
+# For the every-optimizer matrix: its eager and jit cases run with the slow
+# tests (.ci/run runs them); the tests below keep every mode with AdamW.
+EXECUTIONS_GRAPH_FAST = ("graph",) + tuple(
+    pytest.param(name, marks=pytest.mark.slow) for name in ("eager", "jit")
+)
 # Two computations of one value (the references run in graph mode).
 TOLERANCE = dict(rtol=2e-5, atol=1e-6)
 
@@ -123,7 +128,7 @@ def references(name):
     return _references[name]
 
 
-@pytest.mark.parametrize("execution", EXECUTIONS)
+@pytest.mark.parametrize("execution", EXECUTIONS_GRAPH_FAST)
 @pytest.mark.parametrize("name", [param_if_shipped(name) for name in sorted(OPTIMIZERS)])
 def test_multiplier_is_the_optimizer_at_learning_rate_times_m(name, execution):
     # Every case in graph mode, which also computes the references. Eager

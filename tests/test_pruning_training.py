@@ -70,6 +70,7 @@ OPTIMIZERS = {
 
 # Also in graph mode with the masked update compiled by XLA (conftest).
 @pytest.mark.fused_too
+@pytest.mark.other_modes_slow  # .ci/run runs eager and jit with every optimizer
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 def test_pruned_entries_are_exactly_zero_after_every_step(mode, optimizer):
     model, body, head = mlp()
