@@ -14,7 +14,6 @@ default maskfit and torch where torch is installed, maskfit alone elsewhere. Wri
 `--workdir`.
 """
 
-import dataclasses
 
 from absl import app
 from absl import flags
@@ -22,7 +21,6 @@ from absl import flags
 from benchmarks import structured_lib
 from experiments import common
 
-_DEFAULTS = structured_lib.Config()
 _LISTS = {  # Flag -> the type of its items.
     "datasets": str,
     "architectures": str,
@@ -62,20 +60,7 @@ _HELP = {
     "threads": "intra_op,inter_op threads of both frameworks (0,0: defaults).",
     "max_train_examples": "Keep this many training examples (0: all).",
 }
-_FLAGS = {}
-for _field in dataclasses.fields(structured_lib.Config):
-    _default = getattr(_DEFAULTS, _field.name)
-    _help = _HELP[_field.name]
-    if _field.name in _LISTS:
-        _FLAGS[_field.name] = flags.DEFINE_list(_field.name, [str(v) for v in _default], _help)
-    elif isinstance(_default, bool):
-        _FLAGS[_field.name] = flags.DEFINE_bool(_field.name, _default, _help)
-    elif isinstance(_default, int):
-        _FLAGS[_field.name] = flags.DEFINE_integer(_field.name, _default, _help)
-    elif isinstance(_default, float):
-        _FLAGS[_field.name] = flags.DEFINE_float(_field.name, _default, _help)
-    else:
-        _FLAGS[_field.name] = flags.DEFINE_string(_field.name, _default, _help)
+_FLAGS = common.define_config_flags(structured_lib.Config, _HELP, _LISTS)
 _WORKDIR = flags.DEFINE_string(
     "workdir", "runs/structured_vs_torch_pruning", "Where to write."
 )

@@ -28,6 +28,7 @@ __all__ = [
     "check_scale",
     "define_scale_flags",
     "experiment_run",
+    "define_config_flags",
     "flag_values",
     "make_optimizer",
     "strategy_and_precision",
@@ -148,6 +149,38 @@ def experiment_run(config, workdir):
             os.makedirs(workdir, exist_ok=True)
             write_json(os.path.join(workdir, "config.json"), dataclasses.asdict(config))
         yield strategy, chief
+
+
+def define_config_flags(config_class, helps, lists):
+    """Defines one absl flag per field of the dataclass `config_class`.
+
+    Each flag's default is the field's default; list fields (named in
+    `lists`) become list flags, the others bool, integer, float or string
+    flags by their default's type. Read them back with `flag_values`.
+
+    Args:
+      config_class: a dataclass whose fields all have defaults.
+      helps: `{field name: help text}`, one per field.
+      lists: `{field name: item type}` for the tuple fields.
+
+    Returns:
+      `{field name: FlagHolder}`.
+    """
+    defaults = config_class()
+    holders = {}
+    for field in dataclasses.fields(config_class):
+        name, default, text = field.name, getattr(defaults, field.name), helps[field.name]
+        if name in lists:
+            holders[name] = flags.DEFINE_list(name, [str(v) for v in default], text)
+        elif isinstance(default, bool):
+            holders[name] = flags.DEFINE_bool(name, default, text)
+        elif isinstance(default, int):
+            holders[name] = flags.DEFINE_integer(name, default, text)
+        elif isinstance(default, float):
+            holders[name] = flags.DEFINE_float(name, default, text)
+        else:
+            holders[name] = flags.DEFINE_string(name, default, text)
+    return holders
 
 
 def flag_values(holders, lists):

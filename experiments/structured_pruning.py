@@ -18,7 +18,6 @@ Usage (docs/structured_pruning.md has the results):
       --workdir=/tmp/structured_mnist1d
 """
 
-import dataclasses
 
 from absl import app
 from absl import flags
@@ -28,7 +27,6 @@ from experiments import common
 from experiments.structured_pruning_lib import Config
 from experiments.structured_pruning_lib import run
 
-_DEFAULTS = Config()
 _LISTS = {  # Flag -> the type of its items.
     "datasets": str,
     "architectures": str,
@@ -65,20 +63,7 @@ _HELP = {
     "threads": "TensorFlow's intra_op,inter_op threads (0,0: its defaults).",
     "max_train_examples": "Keep this many training examples (0: all).",
 }
-_FLAGS = {}
-for _field in dataclasses.fields(Config):
-    _default = getattr(_DEFAULTS, _field.name)
-    _help = _HELP[_field.name]
-    if _field.name in _LISTS:
-        _FLAGS[_field.name] = flags.DEFINE_list(_field.name, [str(v) for v in _default], _help)
-    elif isinstance(_default, bool):
-        _FLAGS[_field.name] = flags.DEFINE_bool(_field.name, _default, _help)
-    elif isinstance(_default, int):
-        _FLAGS[_field.name] = flags.DEFINE_integer(_field.name, _default, _help)
-    elif isinstance(_default, float):
-        _FLAGS[_field.name] = flags.DEFINE_float(_field.name, _default, _help)
-    else:
-        _FLAGS[_field.name] = flags.DEFINE_string(_field.name, _default, _help)
+_FLAGS = common.define_config_flags(Config, _HELP, _LISTS)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the run's outputs.")
 flags.mark_flag_as_required("workdir")
 
