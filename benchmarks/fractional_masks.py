@@ -11,16 +11,18 @@ meaning before issue 24) and `scale="step"` (the default: it multiplies the
 learning rate). docs/learning_rates.md holds the table.
 """
 
-from absl import app
 import keras
 import numpy as np
+from absl import app
 
 import maskfit
 
 OPTIMIZERS = {
     "SGD 0.05": lambda: keras.optimizers.SGD(0.05),
     "Adam 0.01": lambda: keras.optimizers.Adam(0.01),
-    "AdamW 0.01, weight decay 0.5": lambda: keras.optimizers.AdamW(0.01, weight_decay=0.5),
+    "AdamW 0.01, weight decay 0.5": lambda: keras.optimizers.AdamW(
+        0.01, weight_decay=0.5
+    ),
     "Lion 0.001": lambda: keras.optimizers.Lion(0.001),
     "RMSprop 0.01": lambda: keras.optimizers.RMSprop(0.01),
 }

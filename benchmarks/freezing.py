@@ -2,9 +2,7 @@
 
 import json
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 from benchmarks import freezing_lib
 

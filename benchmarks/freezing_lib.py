@@ -94,7 +94,8 @@ def build(config, name, width=None):
             maskfit.set_mask(layer, maskfit.ElementMask(zeros))
         elif name.startswith("piecewise"):
             schedule = maskfit.PiecewiseMask(
-                [boundary], [maskfit.OutputMask([0] * width), maskfit.OutputMask([1] * width)]
+                [boundary],
+                [maskfit.OutputMask([0] * width), maskfit.OutputMask([1] * width)],
             )
             maskfit.set_mask(layer, schedule)
     model.compile(
@@ -116,7 +117,13 @@ def time_contenders(config):
         model, x, y = build(config, name)
         contenders.append(
             harness.Timed(
-                name, model, x, y, config.steps, config.steps_per_execution, config.warmup_steps
+                name,
+                model,
+                x,
+                y,
+                config.steps,
+                config.steps_per_execution,
+                config.warmup_steps,
             )
         )
     times, _ = harness.round_robin(contenders, config.repeats)

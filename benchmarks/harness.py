@@ -140,7 +140,9 @@ class Timed:
     def __init__(self, key, model, x, y, steps, steps_per_execution, warmup_steps):
         self.key = key
         dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
-        model.fit(dataset, steps_per_epoch=steps_per_execution, shuffle=False, verbose=0)
+        model.fit(
+            dataset, steps_per_epoch=steps_per_execution, shuffle=False, verbose=0
+        )
         self.model = model
         self.iterator = iter(dataset)
         self.calls = max(1, steps // steps_per_execution)

@@ -13,11 +13,13 @@ width rule gets at inference.
 
 import keras
 
-from experiments import latency
-from experiments import model_cost
-from experiments import structured_models
-from experiments import structured_widths
-from experiments import structured_train
+from experiments import (
+    latency,
+    model_cost,
+    structured_models,
+    structured_train,
+    structured_widths,
+)
 
 __all__ = ["run_arm"]
 
@@ -35,7 +37,9 @@ def run_arm(arch, data, fractions, budget, seeds, settings):
         model = structured_models.keras_model(arch, seed=seed)
         structured_train.compile_keras(model, budget, jit_compile=settings.jit_compile)
         structured_train.keras_fit(model, data, budget, seed, 0, budget.epochs)
-        dense_accuracy = structured_train.evaluate_keras(model, data.x_test, data.y_test)
+        dense_accuracy = structured_train.evaluate_keras(
+            model, data.x_test, data.y_test
+        )
         structured_train.keras_fit(
             model, data, budget, seed, budget.epochs, budget.total_epochs
         )

@@ -1,13 +1,11 @@
 """Layer-wise decay, multipliers against MultiOptimizer.
 
-    python -m benchmarks.layerwise_rates --workdir /tmp/layerwise_rates
+python -m benchmarks.layerwise_rates --workdir /tmp/layerwise_rates
 """
 
 import dataclasses
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 from benchmarks import layerwise_rates_lib as lib
 

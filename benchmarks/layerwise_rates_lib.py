@@ -72,12 +72,16 @@ class Config:
 
     def __post_init__(self):
         if self.blocks < 2:
-            raise ValueError(f"`blocks` must be at least 2. Received: blocks={self.blocks}")
+            raise ValueError(
+                f"`blocks` must be at least 2. Received: blocks={self.blocks}"
+            )
         if not 0 < self.decay <= 1:
             raise ValueError(f"`decay` must be in (0, 1]. Received: decay={self.decay}")
         unknown = set(self.modes) - {"graph", "jit"}
         if unknown:
-            raise ValueError(f"`modes` must be 'graph' or 'jit'. Received: {self.modes}")
+            raise ValueError(
+                f"`modes` must be 'graph' or 'jit'. Received: {self.modes}"
+            )
 
 
 class ScaledSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -92,7 +96,9 @@ class ScaledSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def _schedule(config):
-    return keras.optimizers.schedules.CosineDecay(config.learning_rate, config.decay_steps)
+    return keras.optimizers.schedules.CosineDecay(
+        config.learning_rate, config.decay_steps
+    )
 
 
 def _adamw(config, factor=1.0):
@@ -110,7 +116,9 @@ def _stack(config, model_class):
         hidden = keras.layers.Dense(config.width, activation="relu", name=f"block_{i}")(
             hidden
         )
-    outputs = keras.layers.Dense(config.classes, name=f"block_{config.blocks - 1}")(hidden)
+    outputs = keras.layers.Dense(config.classes, name=f"block_{config.blocks - 1}")(
+        hidden
+    )
     return model_class(inputs, outputs)
 
 
@@ -289,7 +297,9 @@ def run(config, workdir):
         rows.extend(_measure(config, mode, x, y))
     what = WHAT.format(**dataclasses.asdict(config))
     with open(os.path.join(workdir, "layerwise_rates.json"), "w") as f:
-        json.dump({"what": what, "machine": harness.machine(), "rows": rows}, f, indent=2)
+        json.dump(
+            {"what": what, "machine": harness.machine(), "rows": rows}, f, indent=2
+        )
     with open(os.path.join(workdir, "layerwise_rates.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()

@@ -49,7 +49,13 @@ class _Run:
         # makes TensorFlow warn about retracing.
         kernels, logits = self.stripped_kernels_and_logits()
         result = task.record(
-            self.config, self.scenario, self.data, self.points, self.recorder, kernels, logits
+            self.config,
+            self.scenario,
+            self.data,
+            self.points,
+            self.recorder,
+            kernels,
+            logits,
         )
         result["pruning"] = self.prune
         return result

@@ -76,7 +76,10 @@ def run(config, workdir):
     for i, seed in enumerate(config.seeds):
         for scenario_name in config.scenarios:
             scenario = SCENARIOS[scenario_name]
-            started = {c: CONTENDERS[c](config, scenario, seed, data) for c in config.contenders}
+            started = {
+                c: CONTENDERS[c](config, scenario, seed, data)
+                for c in config.contenders
+            }
             for epoch, batches in enumerate(task.epoch_batches(config, data, seed)):
                 # Alternate who goes first, so that neither always follows the other.
                 shift = (i + epoch) % len(config.contenders)
@@ -183,7 +186,9 @@ def paired_step_time(runs, contender="maskfit", baseline="tfmot"):
             ("cpu_", cpu, "epoch_cpu_seconds"),
         ):
             mine, theirs = sums[(scenario, key)]
-            summary[scenario][prefix + "total"] = mine / theirs if theirs > 0 else float("nan")
+            summary[scenario][prefix + "total"] = (
+                mine / theirs if theirs > 0 else float("nan")
+            )
             summary[scenario][prefix + "median"] = float(np.median(values))
             summary[scenario][prefix + "p10"] = float(np.percentile(values, 10))
             summary[scenario][prefix + "p90"] = float(np.percentile(values, 90))
@@ -256,7 +261,9 @@ def format_markdown(results):
             f" | {100 * row['accuracy_mean']:.2f} ± {100 * row['accuracy_std']:.2f}"
             f" | {row['step_ms_median']:.3f}{checks} | {final} |"
         )
-    paired = {c: rows for c, rows in (results.get("paired_step_time") or {}).items() if rows}
+    paired = {
+        c: rows for c, rows in (results.get("paired_step_time") or {}).items() if rows
+    }
     if paired:
         lines += [
             "",
@@ -292,7 +299,9 @@ def format_markdown(results):
             dict.fromkeys(r["contender"] for r in runs if r.get("pruning", True))
         )
         group = [
-            r for r in runs if r["scenario"] == scenario and r["contender"] in contenders
+            r
+            for r in runs
+            if r["scenario"] == scenario and r["contender"] in contenders
         ]
         names = list(group[0]["kernel_sizes"])
         header = ["step", "schedule sparsity"] + [

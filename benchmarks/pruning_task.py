@@ -52,8 +52,7 @@ class Data:
 
 def load_data(config):
     """Digits (8x8 images, 10 classes) scaled to [0, 1], split once by `split_seed`."""
-    from sklearn import datasets
-    from sklearn import model_selection
+    from sklearn import datasets, model_selection
 
     digits = datasets.load_digits()
     x = (digits.data / 16.0).astype(np.float32)
@@ -102,7 +101,9 @@ def build_mlp(keras_module, config, data, seed):
     keras_module.utils.set_random_seed(seed)
     sizes = layer_sizes(config, data)
     layers = [
-        keras_module.layers.Dense(units, activation="relu" if i < len(sizes) - 2 else None)
+        keras_module.layers.Dense(
+            units, activation="relu" if i < len(sizes) - 2 else None
+        )
         for i, units in enumerate(sizes[1:])
     ]
     model = keras_module.Sequential([keras_module.Input((sizes[0],))] + layers)

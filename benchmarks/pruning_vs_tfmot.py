@@ -5,9 +5,7 @@ scikit-learn). Writes `pruning_vs_tfmot.json`, `pruning_vs_tfmot.md` and
 `config.json` under `--workdir`.
 """
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 from benchmarks import pruning_lib
 

@@ -2,9 +2,7 @@
 
 import json
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 from benchmarks import resume_exactness_lib as lib
 
@@ -15,7 +13,9 @@ _EPOCHS = flags.DEFINE_integer("epochs", 4, "Epochs of 16 steps.")
 _JIT = flags.DEFINE_bool("jit_compile", False, "Compile the steps with XLA.")
 _CONTENDERS = flags.DEFINE_list("contenders", list(lib.CONTENDERS), "Which to measure.")
 _PROCESSES = flags.DEFINE_integer("processes", 2, "Child processes at a time.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the model, the data and the kill steps.")
+_SEED = flags.DEFINE_integer(
+    "seed", 0, "Seed of the model, the data and the kill steps."
+)
 # Internal: one child run, started by `lib.run` in a process of its own.
 _CHILD = flags.DEFINE_string("child", None, "Internal.")
 _KILL_STEP = flags.DEFINE_integer("kill_step", 0, "Internal.")
@@ -40,7 +40,7 @@ def main(argv):
             seed=_SEED.value,
         )
     except ValueError as error:
-        raise app.UsageError(str(error))
+        raise app.UsageError(str(error)) from None
     rows, overhead = lib.run(config, _WORKDIR.value)
     logging.info("Wrote resume_exactness.json and .md to %s", _WORKDIR.value)
     print(lib.format_table(rows, config, overhead))

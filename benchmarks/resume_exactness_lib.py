@@ -61,11 +61,21 @@ class Config:
             raise ValueError(
                 f"Unknown contenders {unknown}; expected some of {CONTENDERS}."
             )
-        for name in ("kills", "save_freq", "samples", "batch", "epochs", "processes",
-                     "overhead_steps", "overhead_repeats"):
+        for name in (
+            "kills",
+            "save_freq",
+            "samples",
+            "batch",
+            "epochs",
+            "processes",
+            "overhead_steps",
+            "overhead_repeats",
+        ):
             if getattr(self, name) < 1:
                 value = getattr(self, name)
-                raise ValueError(f"`{name}` must be at least 1. Received: {name}={value}")
+                raise ValueError(
+                    f"`{name}` must be at least 1. Received: {name}={value}"
+                )
 
     @property
     def steps(self):
@@ -98,7 +108,11 @@ def build(config):
     )
     begin = min(3, config.steps // 4)
     schedule = pruning.PolynomialDecay(
-        0.0, 0.5, begin_step=begin, end_step=max(begin + 1, config.steps - 3), frequency=5
+        0.0,
+        0.5,
+        begin_step=begin,
+        end_step=max(begin + 1, config.steps - 3),
+        frequency=5,
     )
     pruning.prune_low_magnitude(model, pruning_schedule=schedule)
     learning_rate = keras.optimizers.schedules.ExponentialDecay(0.02, 10, 0.8)
@@ -148,8 +162,15 @@ def child(config, contender, kill_step, folder):
             _callback(config, contender, os.path.join(folder, "backup")),
             _Killer(kill_step, os.path.join(folder, "killed")),
         ]
-    model.fit(x, y, batch_size=config.batch, epochs=config.epochs, shuffle=True,
-              verbose=0, callbacks=callbacks)
+    model.fit(
+        x,
+        y,
+        batch_size=config.batch,
+        epochs=config.epochs,
+        shuffle=True,
+        verbose=0,
+        callbacks=callbacks,
+    )
     arrays = {f"weight_{i}": v.numpy() for i, v in enumerate(model.weights)}
     arrays.update(
         {f"optimizer_{i}": v.numpy() for i, v in enumerate(model.optimizer.variables)}
@@ -162,8 +183,12 @@ def _run_child(config, contender, kill_step, folder):
     """Runs the child until it ends (a killed one is started once more)."""
     os.makedirs(folder, exist_ok=True)
     command = [
-        sys.executable, "-m", "benchmarks.resume_exactness",
-        f"--child={contender}", f"--kill_step={kill_step}", f"--workdir={folder}",
+        sys.executable,
+        "-m",
+        "benchmarks.resume_exactness",
+        f"--child={contender}",
+        f"--kill_step={kill_step}",
+        f"--workdir={folder}",
         f"--config_json={json.dumps(dataclasses.asdict(config))}",
     ]
     for _ in range(2):
@@ -199,7 +224,9 @@ def run(config, workdir):
     steps = kill_steps(config)
     jobs = [("reference", 0, os.path.join(workdir, "reference"))]
     jobs += [
-        (c, s, os.path.join(workdir, f"{c}_{s}")) for c in config.contenders for s in steps
+        (c, s, os.path.join(workdir, f"{c}_{s}"))
+        for c in config.contenders
+        for s in steps
     ]
     with concurrent.futures.ThreadPoolExecutor(config.processes) as pool:
         for future in [pool.submit(_run_child, config, *job) for job in jobs]:
@@ -211,8 +238,14 @@ def run(config, workdir):
         for step in steps:
             resumed = _load(os.path.join(workdir, f"{contender}_{step}"))
             exact, distance, trained = compare(reference, resumed)
-            runs.append(dict(kill_step=step, exact=exact, max_abs_difference=distance,
-                             steps_trained=trained))
+            runs.append(
+                dict(
+                    kill_step=step,
+                    exact=exact,
+                    max_abs_difference=distance,
+                    steps_trained=trained,
+                )
+            )
         rows.append(
             dict(
                 contender=contender,
@@ -226,7 +259,10 @@ def run(config, workdir):
         )
     overhead = step_overhead(config)
     result = dict(
-        config=dataclasses.asdict(config), kill_steps=steps, rows=rows, overhead=overhead
+        config=dataclasses.asdict(config),
+        kill_steps=steps,
+        rows=rows,
+        overhead=overhead,
     )
     with open(os.path.join(workdir, "resume_exactness.json"), "w") as f:
         json.dump(result, f, indent=2)
@@ -257,8 +293,15 @@ def step_overhead(config):
         if classes[name] is not None:
             callbacks = [classes[name](os.path.join(folder, name), save_freq=10**9)]
         start = time.perf_counter()
-        model.fit(x, y, batch_size=config.batch, epochs=1, shuffle=False, verbose=0,
-                  callbacks=callbacks)
+        model.fit(
+            x,
+            y,
+            batch_size=config.batch,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=callbacks,
+        )
         return (time.perf_counter() - start) / config.overhead_steps
 
     names = list(classes)

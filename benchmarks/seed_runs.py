@@ -11,8 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from experiments import learnable_scale_lib
-from experiments.masked_outputs_lib import Config
-from experiments.masked_outputs_lib import run
+from experiments.masked_outputs_lib import Config, run
 
 
 @tf.custom_gradient

@@ -13,14 +13,15 @@ r"""Times the seeds' own code against the experiments that reproduce them, in on
   python -m benchmarks.seed_scenarios [--scenarios=learnable_scale,masked_outputs]
 """
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
-from benchmarks.seed_runs import ours
-from benchmarks.seed_runs import ours_learnable_scale
-from benchmarks.seed_runs import seed_learnable_scale
-from benchmarks.seed_runs import seed_manual
-from benchmarks.seed_runs import seed_tape
+from benchmarks.seed_runs import (
+    ours,
+    ours_learnable_scale,
+    seed_learnable_scale,
+    seed_manual,
+    seed_tape,
+)
 
 _SCENARIOS = flags.DEFINE_list(
     "scenarios", ["learnable_scale", "masked_outputs"], "Which seeds to time."

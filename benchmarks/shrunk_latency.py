@@ -9,8 +9,7 @@ docs/structured_pruning.md ("Against Torch-Pruning") has the latest table. Witho
 pass `--frameworks=keras`.
 """
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from benchmarks import shrunk_latency_lib as lib
 
@@ -42,7 +41,9 @@ _FRAMEWORKS = flags.DEFINE_list(
     "frameworks", list(_DEFAULTS.frameworks), "keras, torch."
 )
 _KERAS_PATHS = flags.DEFINE_list(
-    "keras_paths", list(_DEFAULTS.keras_paths), "function, xla, predict_on_batch, eager, tflite."
+    "keras_paths",
+    list(_DEFAULTS.keras_paths),
+    "function, xla, predict_on_batch, eager, tflite.",
 )
 _TORCH_PATHS = flags.DEFINE_list(
     "torch_paths", list(_DEFAULTS.torch_paths), "eager, trace, compile."
@@ -52,7 +53,9 @@ _BATCHES = flags.DEFINE_list(
 )
 _ROUNDS = flags.DEFINE_integer("rounds", _DEFAULTS.rounds, "Interleaved rounds timed.")
 _ROUND_SECONDS = flags.DEFINE_float(
-    "round_seconds", _DEFAULTS.round_seconds, "About how long each model runs per round."
+    "round_seconds",
+    _DEFAULTS.round_seconds,
+    "About how long each model runs per round.",
 )
 _THREADS = flags.DEFINE_list(
     "threads",

@@ -17,14 +17,11 @@ import json
 import os
 import platform
 
-from absl import logging
 import keras
 import tensorflow as tf
+from absl import logging
 
-from experiments import latency
-from experiments import model_cost
-from experiments import structured_models
-from experiments import structured_widths
+from experiments import latency, model_cost, structured_models, structured_widths
 
 __all__ = ["Config", "format_table", "machine", "run"]
 
@@ -85,12 +82,16 @@ class Config:
                 f" round_seconds={self.round_seconds!r}, batches={self.batches!r}"
             )
         for kind in self.architectures:  # Raises if a group would keep no unit.
-            structured_widths.shrunk(self.architecture(kind), self.fraction, self.round_to)
+            structured_widths.shrunk(
+                self.architecture(kind), self.fraction, self.round_to
+            )
 
     def architecture(self, kind):
         """The dense `kind` architecture of this config."""
         if kind == "mlp":
-            return structured_models.for_data(kind, self.dataset, hidden=self.mlp_hidden)
+            return structured_models.for_data(
+                kind, self.dataset, hidden=self.mlp_hidden
+            )
         return structured_models.for_data(
             kind, self.dataset, widths=self.resnet_widths, blocks=self.resnet_blocks
         )
@@ -187,12 +188,16 @@ def _time(config, framework, kind):
     # "floor": the narrowest network of the kind (`round_to` units or
     # channels per group), timed alongside: what a call costs whatever the widths.
     floor = _narrowest(dense_arch, config.round_to)
-    models = {"dense": build(dense_arch), "shrunk": build(shrunk_arch), "floor": build(floor)}
+    models = {
+        "dense": build(dense_arch),
+        "shrunk": build(shrunk_arch),
+        "floor": build(floor),
+    }
     rows = []
     for path in getattr(config, paths):
         compared = latency.compare(
             models,
-            lambda model, batch: inference(model, batch, path),
+            lambda model, batch, path=path: inference(model, batch, path),
             config.batches,
             config.rounds,
             config.round_seconds,
@@ -216,8 +221,13 @@ def _time(config, framework, kind):
             }
             logging.info(
                 "%s %s %s batch %d: dense %.3f ms, shrunk %.3f ms, ratio %.3f",
-                framework, kind, path, row["batch"], row["dense_ms"]["median"],
-                row["shrunk_ms"]["median"], row["ratio"]["median"],
+                framework,
+                kind,
+                path,
+                row["batch"],
+                row["dense_ms"]["median"],
+                row["shrunk_ms"]["median"],
+                row["ratio"]["median"],
             )
             rows.append(row)
     return rows
@@ -250,7 +260,10 @@ def _widths(arch):
 
 
 def _sizes(config):
-    lines = ["", "| network | params dense | params shrunk | MACs dense | MACs shrunk |"]
+    lines = [
+        "",
+        "| network | params dense | params shrunk | MACs dense | MACs shrunk |",
+    ]
     lines.append("|---|---:|---:|---:|---:|")
     for kind in config.architectures:
         dense = config.architecture(kind)

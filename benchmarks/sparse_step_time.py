@@ -8,9 +8,7 @@ gradual magnitude pruning every delta_t steps, dense (a reference). The logic
 is in `sparse_step_time_lib`.
 """
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 from benchmarks import sparse_step_time_lib as lib
 

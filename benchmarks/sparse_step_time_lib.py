@@ -31,10 +31,9 @@ import statistics
 import keras
 import numpy as np
 
-from benchmarks import harness
 import maskfit
-from maskfit import pruning
-from maskfit import sparse
+from benchmarks import harness
+from maskfit import pruning, sparse
 
 COLUMNS = (
     "mode",

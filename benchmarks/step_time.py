@@ -1,8 +1,6 @@
 """Times MaskedModel.fit against keras.Model.fit: `python -m benchmarks.step_time`."""
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 from benchmarks import harness
 

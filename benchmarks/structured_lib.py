@@ -27,15 +27,20 @@ import os
 import statistics
 import time
 
-from absl import logging
 import numpy as np
+from absl import logging
 
 from benchmarks import shrunk_latency_lib
-from experiments import datasets
-from experiments import structured_widths
-from experiments import structured_train
+from experiments import datasets, structured_train, structured_widths
 
-__all__ = ["ARMS", "Config", "default_frameworks", "format_markdown", "run", "summarize"]
+__all__ = [
+    "ARMS",
+    "Config",
+    "default_frameworks",
+    "format_markdown",
+    "run",
+    "summarize",
+]
 
 # Arm name -> the module whose `run_arm` runs it (imported only when used,
 # so that an arm's framework is needed only to run that arm).
@@ -129,7 +134,7 @@ class Config(structured_train.Settings):
                 "Received an invalid value for `importance_p`, expected 1 or 2."
                 f" Received: importance_p={self.importance_p!r}"
             )
-        self.budget  # Checks the training budget.
+        _ = self.budget  # Checks the training budget.
         for kind in self.architectures:
             for name in self.datasets:
                 arch = self.architecture(kind, name)
@@ -161,6 +166,7 @@ def _spread(values):
 def summarize(runs, latency_rows):
     """One row per (dataset, architecture, framework, fraction) over seeds."""
     rows = []
+
     def key_of(record, fields=("dataset", "architecture", "framework", "fraction")):
         return tuple(record[field] for field in fields)
 
@@ -190,7 +196,8 @@ def summarize(runs, latency_rows):
                 wall = timed["wall"][contender]
                 row[f"latency_ratio_b{timed['batch']}"] = wall["ratio"]["median"]
                 row[f"latency_ratio_b{timed['batch']}_p10_p90"] = [
-                    wall["ratio"]["p10"], wall["ratio"]["p90"]
+                    wall["ratio"]["p10"],
+                    wall["ratio"]["p90"],
                 ]
         rows.append(row)
     return rows
@@ -244,8 +251,12 @@ def run(config, workdir):
                     arch, data, config.fractions, config.budget, config.seeds, config
                 )
                 logging.info(
-                    "%s %s %s: %d runs in %.0f s", name, kind, framework,
-                    len(arm_runs), time.perf_counter() - start,
+                    "%s %s %s: %d runs in %.0f s",
+                    name,
+                    kind,
+                    framework,
+                    len(arm_runs),
+                    time.perf_counter() - start,
                 )
                 where = {"dataset": name, "architecture": kind, "framework": framework}
                 runs.extend(dict(r, **where) for r in arm_runs)

@@ -14,9 +14,7 @@ default maskfit and torch where torch is installed, maskfit alone elsewhere. Wri
 `--workdir`.
 """
 
-
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from benchmarks import structured_lib
 from experiments import common

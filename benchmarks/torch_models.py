@@ -92,8 +92,12 @@ def _module(node, in_channels, dims):
     if node.op == "conv":
         conv = {1: nn.Conv1d, 2: nn.Conv2d}[dims]
         return conv(
-            in_channels, node.size, node.kernel, stride=node.stride,
-            padding=node.kernel // 2, bias=False,
+            in_channels,
+            node.size,
+            node.kernel,
+            stride=node.stride,
+            padding=node.kernel // 2,
+            bias=False,
         )
     if node.op == "batch_norm":
         norm = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d}[dims]
@@ -126,7 +130,9 @@ def to_torch_layout(op, arrays):
 def _load(module, op, arrays):
     if isinstance(module, nn.Sequential):
         module = module[0]
-    values = [torch.from_numpy(np.ascontiguousarray(a)) for a in to_torch_layout(op, arrays)]
+    values = [
+        torch.from_numpy(np.ascontiguousarray(a)) for a in to_torch_layout(op, arrays)
+    ]
     if op == "batch_norm":
         targets = [module.weight, module.bias, module.running_mean, module.running_var]
     else:

@@ -23,11 +23,8 @@ import numpy as np
 import torch
 import torch_pruning as tp
 
-from benchmarks import torch_models
-from benchmarks import torch_train
-from experiments import latency
-from experiments import structured_widths
-from experiments import structured_train
+from benchmarks import torch_models, torch_train
+from experiments import latency, structured_train, structured_widths
 
 __all__ = ["run_arm"]
 
@@ -49,7 +46,9 @@ def _prune_and_finetune(dense, optimizer_state, data, budget, seed, fraction, se
     """
     model = copy.deepcopy(dense)
     per_epoch = structured_train.steps_per_epoch(len(data.x_train), budget)
-    trainer = torch_train.Trainer(model, data, budget, seed, step=budget.epochs * per_epoch)
+    trainer = torch_train.Trainer(
+        model, data, budget, seed, step=budget.epochs * per_epoch
+    )
     trainer.optimizer.load_state_dict(copy.deepcopy(optimizer_state))
     record = {"setup_seconds": 0.0, "step_seconds": []}
     before_step = None
@@ -118,7 +117,13 @@ def run_arm(arch, data, fractions, budget, seeds, settings):
             timed["dense"] = dense
         for fraction in fractions:
             model, record = _prune_and_finetune(
-                dense, trainer.optimizer.state_dict(), data, budget, seed, fraction, settings
+                dense,
+                trainer.optimizer.state_dict(),
+                data,
+                budget,
+                seed,
+                fraction,
+                settings,
             )
             params, macs = _costs(model, arch.features)
             expected = arch
@@ -144,7 +149,9 @@ def run_arm(arch, data, fractions, budget, seeds, settings):
                 timed[str(fraction)] = model
     latency_rows = latency.compare(
         timed,
-        lambda model, batch: torch_models.torch_inference(model, batch, settings.torch_path),
+        lambda model, batch: torch_models.torch_inference(
+            model, batch, settings.torch_path
+        ),
         settings.latency_batches,
         settings.latency_rounds,
         settings.round_seconds,

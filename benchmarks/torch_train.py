@@ -84,6 +84,10 @@ def evaluate(model, x, y, batch_size=512):
     correct = 0
     with torch.inference_mode():
         for start in range(0, len(x), batch_size):
-            logits = model(torch.from_numpy(np.ascontiguousarray(x[start:start + batch_size])))
-            correct += int((logits.argmax(-1).numpy() == y[start:start + batch_size]).sum())
+            logits = model(
+                torch.from_numpy(np.ascontiguousarray(x[start : start + batch_size]))
+            )
+            correct += int(
+                (logits.argmax(-1).numpy() == y[start : start + batch_size]).sum()
+            )
     return correct / len(x)

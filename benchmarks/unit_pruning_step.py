@@ -1,12 +1,12 @@
 """Step time while units are pruned: `python -m benchmarks.unit_pruning_step`."""
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 from benchmarks import unit_pruning_step_lib as lib
 
-_WORKDIR = flags.DEFINE_string("workdir", "runs/unit_pruning_step", "Where to write the table.")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", "runs/unit_pruning_step", "Where to write the table."
+)
 _BATCH = flags.DEFINE_integer("batch", 64, "Batch size.")
 _STEPS = flags.DEFINE_integer("steps", 50, "Steps per timed round.")
 _REPEATS = flags.DEFINE_integer("repeats", 10, "Rounds over all contenders.")

@@ -97,7 +97,11 @@ def run(config, workdir):
                 "cpu_ratio_median": harness.paired_ratios(cpu, kind, "keras")[0],
             }
         )
-    result = {"config": dataclasses.asdict(config), "machine": harness.machine(), "rows": rows}
+    result = {
+        "config": dataclasses.asdict(config),
+        "machine": harness.machine(),
+        "rows": rows,
+    }
     with open(os.path.join(workdir, "unit_pruning_step.json"), "w") as f:
         json.dump(result, f, indent=2)
     return rows

@@ -14,12 +14,13 @@ import json
 import os
 
 import keras
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from maskfit import distribute
-from maskfit.scalars import SCALAR_METADATA  # noqa: F401 (re-exported)
-from maskfit.scalars import write_scalars  # noqa: F401 (re-exported)
+from maskfit.scalars import (
+    SCALAR_METADATA,  # noqa: F401 (re-exported)
+    write_scalars,  # noqa: F401 (re-exported)
+)
 
 __all__ = [
     "OPTIMIZERS",
@@ -169,7 +170,11 @@ def define_config_flags(config_class, helps, lists):
     defaults = config_class()
     holders = {}
     for field in dataclasses.fields(config_class):
-        name, default, text = field.name, getattr(defaults, field.name), helps[field.name]
+        name, default, text = (
+            field.name,
+            getattr(defaults, field.name),
+            helps[field.name],
+        )
         if name in lists:
             holders[name] = flags.DEFINE_list(name, [str(v) for v in default], text)
         elif isinstance(default, bool):

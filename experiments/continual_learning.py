@@ -19,14 +19,11 @@ Usage (docs/continual_learning.md has their results):
 
 import dataclasses
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import common
 from experiments import continual_learning_tasks as tasks_lib
-from experiments.continual_learning_lib import METHODS
-from experiments.continual_learning_lib import Config
-from experiments.continual_learning_lib import run
+from experiments.continual_learning_lib import METHODS, Config, run
 
 _DEFAULTS = Config()
 

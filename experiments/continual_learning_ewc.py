@@ -63,8 +63,9 @@ class EWC:
             penalty = _Penalty(strength, tf.Variable(zeros), tf.Variable(zeros))
             variable.regularizer = penalty
             self._penalties.append(penalty)
-        model, loss = network.model, net.task_loss(
-            network.heads, network.classes_per_head
+        model, loss = (
+            network.model,
+            net.task_loss(network.heads, network.classes_per_head),
         )
 
         @tf.function

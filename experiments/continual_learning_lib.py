@@ -18,8 +18,8 @@ import numbers
 import os
 import time
 
-from absl import logging
 import numpy as np
+from absl import logging
 
 from experiments import common
 from experiments import continual_learning_ewc as ewc

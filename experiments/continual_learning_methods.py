@@ -16,8 +16,8 @@ With a head per task, only the current task's head columns learn (as a
 PyTorch head that gets no gradient does not move), also under weight decay.
 """
 
-from experiments import continual_learning_net as net
 import maskfit
+from experiments import continual_learning_net as net
 
 __all__ = ["FineTune", "Separate", "learn_heads_only", "separate_hidden_units"]
 

@@ -16,8 +16,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from experiments import common
 import maskfit
+from experiments import common
 
 __all__ = ["Network", "TrainSettings", "parameter_count", "task_loss"]
 

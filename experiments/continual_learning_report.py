@@ -10,9 +10,9 @@ curve per task over the sequence (matplotlib, when installed);
 
 import os
 
-from absl import logging
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from experiments import common
 

@@ -83,8 +83,14 @@ def _split(x, y, test, validation_fraction, name, test_fraction=None):
     arrays = [a.astype(np.float32) for a in (x, x_val, x_test)]
     labels = [b.astype(np.int32) for b in (y, y_val, y_test)]
     return Split(
-        arrays[0], labels[0], arrays[1], labels[1], arrays[2], labels[2],
-        classes=int(np.max(y)) + 1, name=name,
+        arrays[0],
+        labels[0],
+        arrays[1],
+        labels[1],
+        arrays[2],
+        labels[2],
+        classes=int(np.max(y)) + 1,
+        name=name,
     )
 
 
@@ -111,7 +117,11 @@ def digits(test_fraction=0.2, validation_fraction=0.0):
         _need("scikit-learn", "experiments")
     raw = datasets.load_digits()
     return _split(
-        raw.data / 16.0, raw.target, None, validation_fraction, "digits",
+        raw.data / 16.0,
+        raw.target,
+        None,
+        validation_fraction,
+        "digits",
         test_fraction=test_fraction,
     )
 

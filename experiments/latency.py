@@ -125,7 +125,9 @@ def _tflite_inference(model, x):
         path = os.path.join(directory, "model.tflite")
         signature = [tf.TensorSpec(x.shape, tf.float32)]
         try:
-            model.export(path, format="litert", input_signature=signature, verbose=False)
+            model.export(
+                path, format="litert", input_signature=signature, verbose=False
+            )
             with open(path, "rb") as f:
                 content = f.read()
         except ValueError as e:  # An older Keras: no LiteRT export yet.

@@ -13,12 +13,10 @@ Usage:
 
 import dataclasses
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import common
-from experiments.learnable_scale_lib import Config
-from experiments.learnable_scale_lib import run
+from experiments.learnable_scale_lib import Config, run
 
 _DEFAULTS = Config()
 

@@ -11,12 +11,12 @@ import math
 import os
 import time
 
-from absl import logging
 import keras
 import tensorflow as tf
+from absl import logging
 
-from experiments import common
 import maskfit
+from experiments import common
 
 __all__ = ["Config", "run"]
 

@@ -17,12 +17,10 @@ Usage (docs/lottery_ticket.md has their results):
 
 import dataclasses
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import common
-from experiments.lottery_ticket_lib import Config
-from experiments.lottery_ticket_lib import run
+from experiments.lottery_ticket_lib import Config, run
 
 _DEFAULTS = Config()
 

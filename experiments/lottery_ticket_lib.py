@@ -23,15 +23,14 @@ import numbers
 import os
 import time
 
-from absl import logging
 import numpy as np
 import tensorflow as tf
-
-from maskfit import pruning
+from absl import logging
 
 from experiments import common
 from experiments import lottery_ticket_report as report
 from experiments import lottery_ticket_train as train
+from maskfit import pruning
 
 __all__ = ["ARMS", "Config", "run"]
 

@@ -7,8 +7,8 @@ against the percentage of weights remaining) with matplotlib, when it is
 installed; `write_curve` and `write_summary` write TensorBoard scalars.
 """
 
-from absl import logging
 import numpy as np
+from absl import logging
 
 from experiments import common
 

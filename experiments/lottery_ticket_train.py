@@ -12,8 +12,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from experiments import common
 import maskfit
+from experiments import common
 
 __all__ = ["SPLIT_SEED", "Trainer", "batches", "draw_weights", "load_digits"]
 
@@ -24,8 +24,7 @@ SPLIT_SEED = 0
 def load_digits(config):
     """The digits data, scaled to [0, 1], split (stratified) into train/val/test."""
     try:
-        from sklearn import datasets
-        from sklearn import model_selection
+        from sklearn import datasets, model_selection
     except ImportError as e:
         raise ImportError(
             "The lottery ticket experiment trains on scikit-learn's digits data;"

@@ -8,13 +8,10 @@ Examples:
       --precision=mixed_float16 --workdir=/tmp/mirrored
 """
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 from experiments import common
-from experiments.masked_outputs_lib import Config
-from experiments.masked_outputs_lib import run
+from experiments.masked_outputs_lib import Config, run
 
 _MODE = flags.DEFINE_enum(
     "mode",
@@ -57,7 +54,9 @@ def _config_from_flags():
         targets = tuple(float(t) for t in _TARGETS.value)
         masked = tuple(int(k) for k in _MASKED.value)
     except ValueError as e:
-        raise app.UsageError(f"--targets and --masked_outputs must be numbers: {e}")
+        raise app.UsageError(
+            f"--targets and --masked_outputs must be numbers: {e}"
+        ) from None
     config = Config(
         mode=_MODE.value,
         steps=_STEPS.value,
@@ -76,7 +75,7 @@ def _config_from_flags():
     try:
         config.validate()
     except ValueError as e:
-        raise app.UsageError(str(e))
+        raise app.UsageError(str(e)) from None
     return config
 
 

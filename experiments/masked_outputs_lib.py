@@ -26,8 +26,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from experiments import common
 import maskfit
+from experiments import common
 from maskfit.apply import apply_gradients
 
 __all__ = ["Config", "run"]
@@ -50,7 +50,9 @@ class Config:
     backprop: bool = False
     seed: int = 0
     jit_compile: bool = False
-    steps_per_execution: Optional[int] = None  # fit: steps per compiled call; None: all.
+    steps_per_execution: Optional[int] = (
+        None  # fit: steps per compiled call; None: all.
+    )
     strategy: str = "default"
     precision: str = "float32"
 

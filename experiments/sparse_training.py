@@ -15,12 +15,10 @@ Usage:
 
 import dataclasses
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import common
-from experiments.sparse_training_lib import Config
-from experiments.sparse_training_lib import run
+from experiments.sparse_training_lib import Config, run
 
 _DEFAULTS = Config()
 

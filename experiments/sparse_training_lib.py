@@ -16,11 +16,10 @@ import numbers
 import os
 import time
 
-from absl import logging
 import tensorflow as tf
+from absl import logging
 
-from experiments import common
-from experiments import datasets
+from experiments import common, datasets
 from experiments import sparse_training_report as report
 from experiments import sparse_training_train as train
 

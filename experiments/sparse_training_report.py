@@ -8,8 +8,8 @@ matplotlib when it is installed; `write_curve` and `write_summary` write
 TensorBoard scalars.
 """
 
-from absl import logging
 import numpy as np
+from absl import logging
 
 from experiments import common
 from experiments import sparse_training_train as train

@@ -15,11 +15,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from experiments import common
-from experiments import datasets
 import maskfit
-from maskfit import pruning
-from maskfit import sparse
+from experiments import common, datasets
+from maskfit import pruning, sparse
 
 __all__ = [
     "DYNAMIC_METHODS",

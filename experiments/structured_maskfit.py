@@ -25,13 +25,14 @@ import keras
 import numpy as np
 
 import maskfit
-
-from experiments import latency
-from experiments import model_cost
-from experiments import structured_models
-from experiments import structured_schedule
-from experiments import structured_train
-from experiments import structured_widths
+from experiments import (
+    latency,
+    model_cost,
+    structured_models,
+    structured_schedule,
+    structured_train,
+    structured_widths,
+)
 
 __all__ = ["run_arm", "shapes"]
 
@@ -108,7 +109,9 @@ def _copy_of(arch, state, budget, settings, schedule):
     model.optimizer.build(model.trainable_variables)
     variables = model.optimizer.variables
     if [tuple(v.shape) for v in variables] != [v.shape for v in optimizer_values]:
-        raise RuntimeError("The copy's optimizer does not have the dense run's variables.")
+        raise RuntimeError(
+            "The copy's optimizer does not have the dense run's variables."
+        )
     for variable, value in zip(variables, optimizer_values):
         variable.assign(value)
     return model, seconds
@@ -137,7 +140,9 @@ def _prune_and_finetune(arch, state, data, order, budget, fraction, settings):
         "step_seconds": [float(seconds[i]) for i in at] if fraction else [],
         "prune_phase_step_ms": 1e3 * float(np.median(seconds[:pruning])),
         "finetune_step_ms": (
-            1e3 * float(np.median(seconds[pruning:])) if len(seconds) > pruning else None
+            1e3 * float(np.median(seconds[pruning:]))
+            if len(seconds) > pruning
+            else None
         ),
     }
     # The update steps' extra time over a typical step of the same phase.
@@ -200,7 +205,9 @@ def run_arm(arch, data, fractions, budget, seeds, settings):
     for seed in seeds:
         keras.utils.set_random_seed(seed)
         order = structured_train.batches(examples, budget, seed, 0, budget.total_epochs)
-        dense = structured_models.keras_model(arch, seed=seed, model_class=maskfit.MaskedModel)
+        dense = structured_models.keras_model(
+            arch, seed=seed, model_class=maskfit.MaskedModel
+        )
         _compile(dense, budget, settings)
         timer = _StepTimes()
         if dense_steps > 1:
@@ -209,7 +216,9 @@ def run_arm(arch, data, fractions, budget, seeds, settings):
         # there, so its first step (which traces) is not a pruning step.
         state = (dense.get_weights(), [v.numpy() for v in dense.optimizer.variables])
         _fit_steps(dense, data, order[dense_steps - 1 : dense_steps], timer)
-        dense_accuracy = structured_train.evaluate_keras(dense, data.x_test, data.y_test)
+        dense_accuracy = structured_train.evaluate_keras(
+            dense, data.x_test, data.y_test
+        )
         dense_step_ms = 1e3 * float(np.median(timer.seconds[1:] or timer.seconds))
         if seed == seeds[0]:
             timed["dense"] = _plain(dense, arch)

@@ -77,8 +77,10 @@ class Node:
 
 
 def _positive_ints(name, values):
-    if not isinstance(values, tuple) or not values or any(
-        isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values
+    if (
+        not isinstance(values, tuple)
+        or not values
+        or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values)
     ):
         raise ValueError(
             f"Received an invalid value for `{name}`, expected a non-empty tuple of"
@@ -112,7 +114,9 @@ class MLP:
         """The layers, in order."""
         nodes, previous = [], "input"
         for i, units in enumerate(self.hidden, start=1):
-            nodes.append(Node(f"dense_{i}", "dense", (previous,), size=units, relu=True))
+            nodes.append(
+                Node(f"dense_{i}", "dense", (previous,), size=units, relu=True)
+            )
             previous = nodes[-1].name
         nodes.append(Node("logits", "dense", (previous,), size=self.classes))
         return tuple(nodes)
@@ -291,8 +295,12 @@ def _keras_layer(arch, node):
     if node.op == "conv":
         conv = {1: keras.layers.Conv1D, 2: keras.layers.Conv2D}[arch.spatial_dims]
         return conv(
-            node.size, node.kernel, strides=node.stride, padding="same",
-            use_bias=False, name=node.name,
+            node.size,
+            node.kernel,
+            strides=node.stride,
+            padding="same",
+            use_bias=False,
+            name=node.name,
         )
     if node.op == "batch_norm":
         return keras.layers.BatchNormalization(
@@ -302,7 +310,10 @@ def _keras_layer(arch, node):
         return keras.layers.ReLU(name=node.name)
     if node.op == "add":
         return keras.layers.Add(name=node.name)
-    pool = {1: keras.layers.GlobalAveragePooling1D, 2: keras.layers.GlobalAveragePooling2D}
+    pool = {
+        1: keras.layers.GlobalAveragePooling1D,
+        2: keras.layers.GlobalAveragePooling2D,
+    }
     return pool[arch.spatial_dims](name=node.name)
 
 

@@ -18,14 +18,10 @@ Usage (docs/structured_pruning.md has the results):
       --workdir=/tmp/structured_mnist1d
 """
 
-
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from experiments import common
-
-from experiments.structured_pruning_lib import Config
-from experiments.structured_pruning_lib import run
+from experiments.structured_pruning_lib import Config, run
 
 _LISTS = {  # Flag -> the type of its items.
     "datasets": str,

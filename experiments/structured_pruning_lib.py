@@ -19,13 +19,15 @@ import time
 import keras
 import tensorflow as tf
 
-from experiments import common
-from experiments import datasets
-from experiments import latency
-from experiments import structured_maskfit
+from experiments import (
+    common,
+    datasets,
+    latency,
+    structured_maskfit,
+    structured_train,
+    structured_widths,
+)
 from experiments import structured_pruning_report as report
-from experiments import structured_train
-from experiments import structured_widths
 
 __all__ = ["Config", "run"]
 
@@ -107,7 +109,7 @@ class Config(structured_train.Settings):
                 f"Received an invalid value for `keras_path`, expected one of"
                 f" {latency.KERAS_PATHS}. Received: keras_path={self.keras_path!r}"
             )
-        self.budget  # Checks the training budget.
+        _ = self.budget  # Checks the training budget.
         for kind in self.architectures:
             for name in self.datasets:
                 for fraction in self.fractions:
@@ -138,7 +140,10 @@ def _machine():
     cpu = ""
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+            cpu = next(
+                (l.split(":", 1)[1].strip() for l in f if l.startswith("model name")),
+                "",
+            )
     except OSError:
         pass
     return {

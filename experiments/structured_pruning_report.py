@@ -55,7 +55,9 @@ def summarize(runs, latency_rows):
     """
     rows = []
     for dataset, kind in sorted({(r["dataset"], r["architecture"]) for r in runs}):
-        group = [r for r in runs if (r["dataset"], r["architecture"]) == (dataset, kind)]
+        group = [
+            r for r in runs if (r["dataset"], r["architecture"]) == (dataset, kind)
+        ]
         first = group[0]
         rows.append(
             {
@@ -68,7 +70,11 @@ def summarize(runs, latency_rows):
                 "params_removed": 0.0,
                 "macs_removed": 0.0,
                 "accuracy": _spread(
-                    [r["dense_accuracy"] for r in group if r["fraction"] == first["fraction"]]
+                    [
+                        r["dense_accuracy"]
+                        for r in group
+                        if r["fraction"] == first["fraction"]
+                    ]
                 ),
                 "latency": _latency(latency_rows, dataset, kind, "dense"),
             }
@@ -86,7 +92,9 @@ def summarize(runs, latency_rows):
                     "params_removed": 1 - same[0]["params"] / same[0]["dense_params"],
                     "macs_removed": 1 - same[0]["macs"] / same[0]["dense_macs"],
                     "accuracy": _spread([r["test_accuracy"] for r in same]),
-                    "follows_width_rule": all(r.get("follows_width_rule") for r in same),
+                    "follows_width_rule": all(
+                        r.get("follows_width_rule") for r in same
+                    ),
                     "latency": _latency(latency_rows, dataset, kind, str(fraction)),
                 }
             )
@@ -124,7 +132,9 @@ def format_table(metrics):
                 line += " - | - |"
                 continue
             low, high = timed["ratio_p10_p90"]
-            line += f" {timed['ms']:.3f} | {timed['ratio']:.3f} [{low:.3f}, {high:.3f}] |"
+            line += (
+                f" {timed['ms']:.3f} | {timed['ratio']:.3f} [{low:.3f}, {high:.3f}] |"
+            )
         lines.append(line)
     machine = metrics["machine"]
     lines += [
@@ -181,33 +191,54 @@ def plot(summary, path, keras_path="tflite"):
     columns = min(2, len(panels))
     rows_of_panels = -(-len(panels) // columns)
     fig, axes = plt.subplots(
-        rows_of_panels, columns, figsize=(5.2 * columns, 3.6 * rows_of_panels), squeeze=False
+        rows_of_panels,
+        columns,
+        figsize=(5.2 * columns, 3.6 * rows_of_panels),
+        squeeze=False,
     )
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     for ax, (dataset, kind) in zip(axes.flat, panels):
-        rows = [r for r in summary if (r["dataset"], r["architecture"]) == (dataset, kind)]
+        rows = [
+            r for r in summary if (r["dataset"], r["architecture"]) == (dataset, kind)
+        ]
         for batch, marker in zip(batches, "os^D"):
             points = [(r["latency"][batch]["ms"], r["accuracy"]["mean"]) for r in rows]
             ms = [p[0] for p in points]
             acc = [100 * p[1] for p in points]
             err = [100 * r["accuracy"]["std"] for r in rows]
-            ax.errorbar(ms, acc, yerr=err, fmt=marker, label=f"batch {batch}", capsize=2)
+            ax.errorbar(
+                ms, acc, yerr=err, fmt=marker, label=f"batch {batch}", capsize=2
+            )
             for r, x, y in zip(rows, ms, acc):
-                ax.annotate(f"{r['fraction']:.2f}", (x, y), fontsize=7,
-                            xytext=(3, 3), textcoords="offset points")
+                ax.annotate(
+                    f"{r['fraction']:.2f}",
+                    (x, y),
+                    fontsize=7,
+                    xytext=(3, 3),
+                    textcoords="offset points",
+                )
             front = pareto(points)
-            ax.plot([ms[i] for i in front], [acc[i] for i in front], "--", lw=1,
-                    color=ax.lines[-1].get_color() if ax.lines else None)
+            ax.plot(
+                [ms[i] for i in front],
+                [acc[i] for i in front],
+                "--",
+                lw=1,
+                color=ax.lines[-1].get_color() if ax.lines else None,
+            )
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
         ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-        ax.set_xlabel(f"median latency per call, {_RUNTIMES.get(keras_path, keras_path)} (ms, log)")
+        ax.set_xlabel(
+            f"median latency per call, {_RUNTIMES.get(keras_path, keras_path)} (ms, log)"
+        )
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"{kind} on {dataset}", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Fraction of units removed (labels): accuracy vs CPU latency", fontsize=10)
+    fig.suptitle(
+        "Fraction of units removed (labels): accuracy vs CPU latency", fontsize=10
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -19,7 +19,6 @@ import numpy as np
 import tensorflow as tf
 
 import maskfit
-
 from experiments import structured_train
 
 __all__ = ["StepSchedule", "budget_schedule"]

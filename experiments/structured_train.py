@@ -116,7 +116,11 @@ class Settings:
 
 
 def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < minimum
+    ):
         raise ValueError(
             f"Received an invalid value for `{name}`, expected an integer of at"
             f" least {minimum}. Received: {name}={value!r}"

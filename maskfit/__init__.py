@@ -8,32 +8,20 @@ _MIN_KERAS = (3, 10)
 if tuple(int(part) for part in _keras.__version__.split(".")[:2]) < _MIN_KERAS:
     raise ImportError(
         f"maskfit needs Keras 3.10 or newer; this environment has Keras"
-        f" {_keras.__version__}. Upgrade it with `pip install -U \"keras>=3.10\"`."
+        f' {_keras.__version__}. Upgrade it with `pip install -U "keras>=3.10"`.'
     )
 
-from maskfit import distribute
-from maskfit import layers
-from maskfit import pruning
-from maskfit import sparse
+from maskfit import distribute, layers, pruning, sparse
 from maskfit.apply import apply_gradients
 from maskfit.backup import ExactBackupAndRestore
-from maskfit.gradients import custom_gradient
-from maskfit.gradients import reduce_to_shape
-from maskfit.model import MaskedModel
-from maskfit.model import MaskedSequential
-from maskfit.spec.declare import get_mask
-from maskfit.spec.declare import set_mask
-from maskfit.spec.layerwise import LayerwiseBlock
-from maskfit.spec.layerwise import layerwise_decay
-from maskfit.spec.masks import ElementMask
-from maskfit.spec.masks import OutputMask
+from maskfit.gradients import custom_gradient, reduce_to_shape
+from maskfit.model import MaskedModel, MaskedSequential
+from maskfit.spec.declare import get_mask, set_mask
+from maskfit.spec.layerwise import LayerwiseBlock, layerwise_decay
+from maskfit.spec.masks import ElementMask, OutputMask
 from maskfit.spec.schedule import PiecewiseMask
-from maskfit.summary import Summary
-from maskfit.summary import SummaryRow
-from maskfit.summary import summary
-from maskfit.units.declaration import SHARED
-from maskfit.units.declaration import OutputUnits
-from maskfit.units.declaration import units_along
+from maskfit.summary import Summary, SummaryRow, summary
+from maskfit.units.declaration import SHARED, OutputUnits, units_along
 from maskfit.units.lookup import register_output_units
 
 __all__ = [

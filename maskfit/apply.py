@@ -7,12 +7,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from maskfit import gradients
-from maskfit import internals
+from maskfit import gradients, internals
+from maskfit.paths import handle as variable_handle
 from maskfit.spec import declare
 from maskfit.step import masker as masker_lib
 from maskfit.step import update
-from maskfit.paths import handle as variable_handle
 
 __all__ = ["apply_gradients"]
 
@@ -196,9 +195,7 @@ class _Target:
         self.by_path = {}
         for i, p in enumerate(self.paths):
             self.by_path[p] = None if p in self.by_path else i
-        self.by_handle = {
-            id(variable_handle(v)): i for i, v in enumerate(variables)
-        }
+        self.by_handle = {id(variable_handle(v)): i for i, v in enumerate(variables)}
         with tf.init_scope():
             self.masker = masker_lib.GradientMasker(
                 variables, self._layer_specs, skip_frozen=False

@@ -3,7 +3,6 @@
 They live in `maskfit.optim.traits`, with the other traits of optimizers.
 """
 
-from maskfit.optim.traits import keeps_dropped_entries_at_zero
-from maskfit.optim.traits import state_of
+from maskfit.optim.traits import keeps_dropped_entries_at_zero, state_of
 
 __all__ = ["keeps_dropped_entries_at_zero", "state_of"]

@@ -58,7 +58,7 @@ def reduction_axes(grad_shape, shape, name="input"):
             stretched.append(axis)
         elif g is not None and d is not None and g != d:
             conflicts.append(
-                f"axis {axis} has size {g} in the gradient but {d} " f"in the input"
+                f"axis {axis} has size {g} in the gradient but {d} in the input"
             )
     if conflicts:
         raise ValueError(

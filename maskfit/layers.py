@@ -31,9 +31,7 @@ def _check_shape(shape):
         dims = tuple(shape)
     except TypeError:
         dims = None
-    if dims is None or not all(
-        checks.is_integer(d) and d > 0 for d in dims
-    ):
+    if dims is None or not all(checks.is_integer(d) and d > 0 for d in dims):
         raise ValueError(
             "Received an invalid value for `shape`, expected None (one scale per "
             "feature), () (one scalar) or a tuple of positive integers that "

@@ -4,11 +4,20 @@ Custom rules subclass `maskfit.mask_rules.MaskRule` (docs/pruning.md); that
 path keeps working.
 """
 
-from maskfit.spec.rules import MaskRule
-from maskfit.spec.rules import RuleGroup
-from maskfit.spec.rules import get_rule
-from maskfit.spec.rules import layer_rules
-from maskfit.spec.rules import resolve_rules
-from maskfit.spec.rules import set_rule
+from maskfit.spec.rules import (
+    MaskRule,
+    RuleGroup,
+    get_rule,
+    layer_rules,
+    resolve_rules,
+    set_rule,
+)
 
-__all__ = ["MaskRule", "RuleGroup", "get_rule", "layer_rules", "resolve_rules", "set_rule"]
+__all__ = [
+    "MaskRule",
+    "RuleGroup",
+    "get_rule",
+    "layer_rules",
+    "resolve_rules",
+    "set_rule",
+]

@@ -7,8 +7,7 @@ import keras
 import numpy as np
 
 from maskfit.model import training as model_lib
-from maskfit.spec import declare
-from maskfit.spec import rules
+from maskfit.spec import declare, rules
 from maskfit.step import declared
 
 __all__ = ["summary", "Summary", "SummaryRow"]
@@ -78,7 +77,11 @@ class Summary:
 
 def _counts(shape, entry, keep):
     """`(learnable, shared)` entries of a variable of `shape` under `entry` and `keep`."""
-    learns = np.ones(shape, bool) if entry is None else np.broadcast_to(entry.mask, shape) > 0
+    learns = (
+        np.ones(shape, bool)
+        if entry is None
+        else np.broadcast_to(entry.mask, shape) > 0
+    )
     if keep is not None:
         learns = learns & keep
     shared = 0
@@ -136,9 +139,7 @@ def summary(model, print_fn=print, step=None):
         optimizer = getattr(model, "optimizer", None)
         built = optimizer is not None and optimizer.built
         step = int(keras.ops.convert_to_numpy(optimizer.iterations)) if built else 0
-    entries = declared.resolve_masks(
-        declare.masked_layers(model), variables, step=step
-    )
+    entries = declared.resolve_masks(declare.masked_layers(model), variables, step=step)
     regrows = {
         index: bool(getattr(group.rule, "regrows", False))
         for group in rules.resolve_rules(rules.layer_rules(model), variables)
@@ -188,13 +189,17 @@ def _ruled(row, kinds=("pruned", "sparse")):
 def _table(name, result):
     pruning = any(_ruled(r) for r in result.rows)
     header = (
-        "Variable (path)",
-        "Shape",
-        "Params",
-        "Learnable",
-        "Frozen",
-        "Shared",
-    ) + (("Pruned", "Sparsity") if pruning else ()) + ("Mask",)
+        (
+            "Variable (path)",
+            "Shape",
+            "Params",
+            "Learnable",
+            "Frozen",
+            "Shared",
+        )
+        + (("Pruned", "Sparsity") if pruning else ())
+        + ("Mask",)
+    )
     cells = [header] + [
         (
             r.path,
@@ -205,11 +210,7 @@ def _table(name, result):
             f"{r.shared:,}" if r.mask_kind.startswith("output") else "-",
         )
         + (
-            (
-                (f"{r.pruned:,}", f"{100 * r.sparsity:.1f}%")
-                if _ruled(r)
-                else ("-", "-")
-            )
+            ((f"{r.pruned:,}", f"{100 * r.sparsity:.1f}%") if _ruled(r) else ("-", "-"))
             if pruning
             else ()
         )

@@ -24,7 +24,8 @@ FUSED = "graph_fused"
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "fused_too: also run the `mode` test in graph mode with a fused update"
+        "markers",
+        "fused_too: also run the `mode` test in graph mode with a fused update",
     )
     config.addinivalue_line(
         "markers",

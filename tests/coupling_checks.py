@@ -14,8 +14,8 @@ import inspect
 import keras
 import numpy as np
 import tensorflow as tf
-
 from keras_versions import call_or_xla
+
 from maskfit.pruning import keras_graph
 
 
@@ -26,7 +26,9 @@ def _random_arguments(call, rng):
         if id(tensor) not in values:
             shape = [2 if d is None else d for d in tensor.shape]
             if "int" in str(tensor.dtype):
-                values[id(tensor)] = tf.constant(rng.integers(0, 3, size=shape), tensor.dtype)
+                values[id(tensor)] = tf.constant(
+                    rng.integers(0, 3, size=shape), tensor.dtype
+                )
             else:
                 values[id(tensor)] = tf.constant(rng.normal(size=shape), tf.float32)
     args, kwargs = keras.tree.map_structure(
@@ -50,7 +52,9 @@ def _zeroed_weights(graph, layer, node):
         if entry is not None and node is not None:
             for axis, ids in entry.axes.items():
                 index = [slice(None)] * value.ndim
-                index[axis] = np.flatnonzero(_roots(graph, ids) == graph._find(int(node)))
+                index[axis] = np.flatnonzero(
+                    _roots(graph, ids) == graph._find(int(node))
+                )
                 value = value.copy()
                 value[tuple(index)] = 0
         mapping.append((variable, tf.constant(value, variable.dtype)))
@@ -93,7 +97,10 @@ def _gradient(layer, args, kwargs, x, mapping, masks, seed):
 def check_call(graph, call, units_in, units_out, rng, per_input=2):
     layer = call.layer
     training = {}
-    if "training" in inspect.signature(layer.call).parameters and "training" not in call.kwargs:
+    if (
+        "training" in inspect.signature(layer.call).parameters
+        and "training" not in call.kwargs
+    ):
         training["training"] = False
     for tensor in {id(t): t for t in call.inputs}.values():
         source = units_in[id(tensor)]
@@ -101,13 +108,20 @@ def check_call(graph, call, units_in, units_out, rng, per_input=2):
             continue
         # Removable units only: what stays need not be separable.
         positions = np.flatnonzero(graph.atoms_of(source.ids) >= 0)
-        for position in rng.choice(positions, min(per_input, len(positions)), replace=False):
+        for position in rng.choice(
+            positions, min(per_input, len(positions)), replace=False
+        ):
             node = source.ids[position]
             # The very node in an output: the layer passes it on (a producer's
             # output is its own nodes, joined to the input's or not).
-            own = any(s.first <= node < s.first + s.size for s in graph.spaces if s.layer is layer)
+            own = any(
+                s.first <= node < s.first + s.size
+                for s in graph.spaces
+                if s.layer is layer
+            )
             passes = not own and any(
-                units.ids is not None and np.any(units.ids == node) for units in units_out
+                units.ids is not None and np.any(units.ids == node)
+                for units in units_out
             )
             masks = [
                 _elsewhere(graph, units, node, len(out.shape))
@@ -119,7 +133,12 @@ def check_call(graph, call, units_in, units_out, rng, per_input=2):
                 mapping = _zeroed_weights(graph, layer, node if zeroed else None)
                 values, args, kwargs = _random_arguments(call, rng)
                 gradient = _gradient(
-                    layer, args, {**kwargs, **training}, values[id(tensor)], mapping, masks,
+                    layer,
+                    args,
+                    {**kwargs, **training},
+                    values[id(tensor)],
+                    mapping,
+                    masks,
                     int(rng.integers(1 << 30)),
                 )
                 gradient = np.moveaxis(gradient, source.axis, -1)

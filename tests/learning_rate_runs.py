@@ -41,7 +41,9 @@ def adamw(m=1.0):
 
 
 def loss_scaled_sgd(m=1.0):
-    sgd = keras.optimizers.SGD(schedule(m), momentum=0.9, nesterov=True, weight_decay=0.1)
+    sgd = keras.optimizers.SGD(
+        schedule(m), momentum=0.9, nesterov=True, weight_decay=0.1
+    )
     return keras.optimizers.LossScaleOptimizer(sgd)
 
 
@@ -58,7 +60,9 @@ def scaled_run(strategy, factory, eager, steps):
     """Trains `scaled` (m = 0.5), `columns` (m per column, read from a mirrored
     variable inside the update) and `free` (no multiplier) on every replica."""
     with strategy.scope():
-        variables = {n: keras.Variable(INIT, name=n) for n in ("scaled", "columns", "free")}
+        variables = {
+            n: keras.Variable(INIT, name=n) for n in ("scaled", "columns", "free")
+        }
         columns = tf.Variable(COLUMNS, trainable=False)
         optimizer = factory()
         optimizer.build(list(variables.values()))
@@ -77,7 +81,9 @@ def scaled_run(strategy, factory, eager, steps):
     for i in range(steps):
         step(
             strategy.experimental_distribute_values_from_function(
-                lambda context, i=i: tf.constant(GRADS[i, context.replica_id_in_sync_group])
+                lambda context, i=i: tf.constant(
+                    GRADS[i, context.replica_id_in_sync_group]
+                )
             )
         )
     return {

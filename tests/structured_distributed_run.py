@@ -22,8 +22,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import maskfit  # noqa: E402
-from maskfit import distribute  # noqa: E402
-from maskfit import mask_rules  # noqa: E402
+from maskfit import (
+    distribute,  # noqa: E402
+    mask_rules,  # noqa: E402
+)
 from maskfit import model as model_lib  # noqa: E402
 
 L = keras.layers
@@ -50,13 +52,17 @@ class SumsBeforeUpdate(keras.callbacks.Callback):
 
 def data():
     rng = np.random.default_rng(0)
-    return rng.normal(size=(24, 5)).astype("float32"), rng.normal(size=(24, 3)).astype("float32")
+    return rng.normal(size=(24, 5)).astype("float32"), rng.normal(size=(24, 3)).astype(
+        "float32"
+    )
 
 
 def train(strategy):
     x, y = data()
     with strategy.scope():
-        schedule = maskfit.pruning.ConstantSparsity(0.5, begin_step=4, end_step=4, frequency=1)
+        schedule = maskfit.pruning.ConstantSparsity(
+            0.5, begin_step=4, end_step=4, frequency=1
+        )
         plain = build()
         weights = [w.tolist() for w in plain.get_weights()]
         model = maskfit.pruning.prune_units(plain, schedule, importance="taylor")

@@ -12,8 +12,8 @@ layer of it only so (channels_first convolutions).
 import keras
 import numpy as np
 import tensorflow as tf
-
 from keras_versions import call_or_xla
+
 from maskfit.pruning import unit_choice
 
 L = keras.layers
@@ -23,7 +23,7 @@ def randomize(model, seed=0):
     """Random weights (positive variances), so every unit's entries matter."""
     rng = np.random.default_rng(seed)
     for variable in model.weights:
-        if not ("float" in str(variable.dtype)):
+        if "float" not in str(variable.dtype):
             continue
         shape = tuple(variable.shape)
         value = rng.normal(size=shape) * 0.5
@@ -41,7 +41,9 @@ def masked_outputs(model, selection, x):
     try:
         for each in plan.variables:
             mask = unit_choice.keep_mask(plan, keep, each.variable)
-            each.variable.assign(tf.where(mask, each.variable, tf.zeros_like(each.variable)))
+            each.variable.assign(
+                tf.where(mask, each.variable, tf.zeros_like(each.variable))
+            )
         return run(model, x)
     finally:
         for variable, value in zip(model.weights, saved):
@@ -50,7 +52,9 @@ def masked_outputs(model, selection, x):
 
 def run(model, x):
     """`model(x, training=False)` as numpy arrays (compiled with XLA where it must be)."""
-    return keras.tree.map_structure(np.asarray, call_or_xla(lambda: model(x, training=False)))
+    return keras.tree.map_structure(
+        np.asarray, call_or_xla(lambda: model(x, training=False))
+    )
 
 
 def _x(shape, seed=1, integers=None):
@@ -108,7 +112,9 @@ def convs():
 def conv_transposes():
     inputs, branches, xs = [], [], []
     for rank, conv_cls in (
-        (1, L.Conv1DTranspose), (2, L.Conv2DTranspose), (3, L.Conv3DTranspose)
+        (1, L.Conv1DTranspose),
+        (2, L.Conv2DTranspose),
+        (3, L.Conv3DTranspose),
     ):
         x = keras.Input((3,) * rank + (3,))
         h = conv_cls(6, 2, strides=2, name=f"up{rank}d")(x)
@@ -154,7 +160,9 @@ def channels_first():
     branch_a = L.GlobalAveragePooling1D(**cf)(h)
     b = keras.Input((3, 5, 5))
     h = L.Conv2D(6, 3, padding="same", name="conv2d", **cf)(b)
-    h = L.DepthwiseConv2D(3, depth_multiplier=2, padding="same", name="depthwise", **cf)(h)
+    h = L.DepthwiseConv2D(
+        3, depth_multiplier=2, padding="same", name="depthwise", **cf
+    )(h)
     h = L.SeparableConv2D(4, 3, padding="same", name="separable", **cf)(h)
     h = L.Conv2DTranspose(5, 2, name="up2d", **cf)(h)
     branch_b = L.Flatten(**cf)(L.MaxPooling2D(**cf)(h))
@@ -173,11 +181,15 @@ def channels_first():
 def residual_bn():
     """A ResNet basic block: conv-BN-relu, conv-BN, add to the identity, relu."""
     x = keras.Input((6, 6, 3))
-    stem = L.BatchNormalization(name="stem_bn")(L.Conv2D(8, 3, padding="same", name="stem")(x))
+    stem = L.BatchNormalization(name="stem_bn")(
+        L.Conv2D(8, 3, padding="same", name="stem")(x)
+    )
     stem = L.ReLU()(stem)
     h = L.Conv2D(8, 3, padding="same", name="block_a")(stem)
     h = L.ReLU()(L.BatchNormalization(name="bn_a")(h))
-    h = L.BatchNormalization(name="bn_b")(L.Conv2D(8, 3, padding="same", name="block_b")(h))
+    h = L.BatchNormalization(name="bn_b")(
+        L.Conv2D(8, 3, padding="same", name="block_b")(h)
+    )
     h = L.ReLU()(L.Add()([stem, h]))
     h = L.GlobalAveragePooling2D()(h)
     return functional(x, L.Dense(3, name="head")(h)), _x((2, 6, 6, 3))
@@ -204,8 +216,12 @@ def merges():
     x = keras.Input((5,))
     a, b, c = (L.Dense(6, name=f"d{i}")(x) for i in range(3))
     outputs = [
-        L.Add()([a, b, c]), L.Subtract()([a, b]), L.Multiply()([a, c]),
-        L.Average()([b, c]), L.Maximum()([a, b]), L.Minimum()([b, c]),
+        L.Add()([a, b, c]),
+        L.Subtract()([a, b]),
+        L.Multiply()([a, c]),
+        L.Average()([b, c]),
+        L.Maximum()([a, b]),
+        L.Minimum()([b, c]),
     ]
     h = L.Concatenate()(outputs)
     return functional(x, L.Dense(2, name="head")(h)), _x((4, 5))
@@ -311,7 +327,9 @@ def recurrent_states():
     x = keras.Input((4, 3))
     h = L.Dense(5, name="embed")(x)
     out, state_h, state_c = L.LSTM(6, return_state=True, name="encoder")(h)
-    seq = L.LSTM(6, return_sequences=True, name="decoder")(h, initial_state=[state_h, state_c])
+    seq = L.LSTM(6, return_sequences=True, name="decoder")(
+        h, initial_state=[state_h, state_c]
+    )
     cell = L.RNN(L.GRUCell(5, reset_after=False), return_sequences=True, name="rnn")(x)
     branches = [out, L.GlobalAveragePooling1D()(seq), L.Flatten()(cell)]
     return _head(branches, x, _x((3, 4, 3)))
@@ -322,7 +340,9 @@ def bidirectional():
     branches = []
     for merge_mode in ("concat", "sum"):
         h = L.Bidirectional(
-            L.GRU(5, return_sequences=True), merge_mode=merge_mode, name=f"bi_{merge_mode}"
+            L.GRU(5, return_sequences=True),
+            merge_mode=merge_mode,
+            name=f"bi_{merge_mode}",
         )(x)
         branches.append(L.Bidirectional(L.LSTM(3), name=f"bi_{merge_mode}_b")(h))
     return _head(branches, x, _x((3, 4, 3)))
@@ -340,8 +360,13 @@ def time_distributed():
 def nested():
     """A Sequential block and a functional block inside a functional model."""
     block = keras.Sequential(
-        [keras.Input((6,)), L.Dense(8, activation="relu", name="inner_a"),
-         L.Dense(6, name="inner_b")], name="block")
+        [
+            keras.Input((6,)),
+            L.Dense(8, activation="relu", name="inner_a"),
+            L.Dense(6, name="inner_b"),
+        ],
+        name="block",
+    )
     inner_in = keras.Input((6,))
     inner = keras.Model(inner_in, L.Dense(5, name="inner_c")(inner_in), name="inner")
     x = keras.Input((4,))
@@ -353,9 +378,17 @@ def nested():
 
 def sequential():
     model = keras.Sequential(
-        [keras.Input((6, 6, 2)), L.Conv2D(6, 3, name="conv"), L.BatchNormalization(name="bn"),
-         L.ReLU(), L.Flatten(), L.Dense(7, name="dense"), L.Dense(2, name="head")],
-        name="seq")
+        [
+            keras.Input((6, 6, 2)),
+            L.Conv2D(6, 3, name="conv"),
+            L.BatchNormalization(name="bn"),
+            L.ReLU(),
+            L.Flatten(),
+            L.Dense(7, name="dense"),
+            L.Dense(2, name="head"),
+        ],
+        name="seq",
+    )
     return randomize(model), _x((2, 6, 6, 2))
 
 

@@ -131,8 +131,9 @@ def test_freezing_benchmark_runs_tiny_and_writes_its_tables(tmp_path):
 def test_unit_pruning_step_benchmark_runs_tiny(tmp_path):
     from benchmarks import unit_pruning_step_lib as lib
 
-    config = lib.Config(widths=(4, 8, 8, 3), batch=4, steps=2, warmup_steps=1, repeats=1,
-                        frequency=1)
+    config = lib.Config(
+        widths=(4, 8, 8, 3), batch=4, steps=2, warmup_steps=1, repeats=1, frequency=1
+    )
     rows = lib.run(config, str(tmp_path))
 
     assert [r["contender"] for r in rows] == list(lib.CONTENDERS)

@@ -11,22 +11,24 @@ import logging
 import os
 import sys
 
+import cli
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import cli
 from experiments import continual_learning_gradmask as gradmask
 from experiments import continual_learning_methods as methods
 from experiments import continual_learning_net as net
 from experiments import continual_learning_packnet as packnet
 from experiments import continual_learning_report as report
 from experiments import continual_learning_tasks as tasks_lib
-from experiments.continual_learning_lib import METHODS
-from experiments.continual_learning_lib import Config
-from experiments.continual_learning_lib import learn_sequence
-from experiments.continual_learning_lib import make_method
-from experiments.continual_learning_lib import run
+from experiments.continual_learning_lib import (
+    METHODS,
+    Config,
+    learn_sequence,
+    make_method,
+    run,
+)
 
 # Digits: no generation; few steps per task (about 5 batches a pass).
 TINY = Config(
@@ -216,7 +218,7 @@ def test_inference_masks_zero_later_and_free_weights_in_the_forward_pass_only():
     np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
     unmasked = network.task_logits(settings, x, 0)
     assert np.max(np.abs(unmasked - logits)) > 1e-3  # Task 1's weights count there.
-    for name, (kernel, bias) in network.weights().items():
+    for name, (kernel, _bias) in network.weights().items():
         np.testing.assert_array_equal(_bits(kernel), _bits(before[name][0]))
 
 

@@ -14,13 +14,13 @@ import subprocess
 import sys
 import time
 
+import distributed_runs
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags
 
-import distributed_runs
 from experiments import common
 from maskfit import distribute
 

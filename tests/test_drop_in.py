@@ -56,7 +56,9 @@ def test_unbuilt_subclass_is_planned_when_fit_builds_it(mode, steps_per_executio
 
 def test_unbuilt_subclass_trains_on_batch_with_its_masks(mode):
     model = Net()
-    model.compile(optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.5), loss="mse", **mode)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.5), loss="mse", **mode
+    )
     model.train_on_batch(X[:8], Y[:8])
     kernel, bias = model.head.kernel.numpy(), model.head.bias.numpy()
     for _ in range(3):
@@ -79,7 +81,9 @@ class Outer(maskfit.MaskedModel):
 class InnerBlock(keras.Model):
     def __init__(self):
         super().__init__()
-        self.dense = maskfit.set_mask(keras.layers.Dense(4), maskfit.OutputMask([0, 1, 1, 0]))
+        self.dense = maskfit.set_mask(
+            keras.layers.Dense(4), maskfit.OutputMask([0, 1, 1, 0])
+        )
 
     def call(self, x):
         return self.dense(x)
@@ -102,14 +106,20 @@ class FunctionalInside(maskfit.MaskedModel):
     def __init__(self, frozen_unit=1, **kwargs):
         inputs = keras.Input((3,))
         values = [0.0 if i == frozen_unit else 1.0 for i in range(2)]
-        head = maskfit.set_mask(keras.layers.Dense(2, name="head"), maskfit.OutputMask(values))
+        head = maskfit.set_mask(
+            keras.layers.Dense(2, name="head"), maskfit.OutputMask(values)
+        )
         super().__init__(inputs=inputs, outputs=head(inputs), **kwargs)
 
 
 def test_a_subclass_passing_inputs_and_outputs_up_changes_no_class(mode):
     bases = (maskfit.MaskedModel.__bases__, Net.__bases__, FunctionalInside.__bases__)
     model = FunctionalInside()
-    assert (maskfit.MaskedModel.__bases__, Net.__bases__, FunctionalInside.__bases__) == bases
+    assert (
+        maskfit.MaskedModel.__bases__,
+        Net.__bases__,
+        FunctionalInside.__bases__,
+    ) == bases
     assert isinstance(model, FunctionalInside)
     assert isinstance(model, maskfit.MaskedModel)
     # A plain subclass still works afterwards in the same process.
@@ -127,14 +137,18 @@ def test_a_subclass_passing_inputs_and_outputs_up_changes_no_class(mode):
 def functional_model(loss="mse"):
     inputs = keras.Input((3,))
     hidden = keras.layers.Dense(4, name="hidden")(inputs)
-    head = maskfit.set_mask(keras.layers.Dense(2, name="head"), maskfit.OutputMask([1, 0]))
+    head = maskfit.set_mask(
+        keras.layers.Dense(2, name="head"), maskfit.OutputMask([1, 0])
+    )
     model = maskfit.MaskedModel(inputs, head(hidden))
     model.compile(optimizer=keras.optimizers.AdamW(0.05), loss=loss)
     model.fit(X, Y, batch_size=8, verbose=0)
     return model
 
 
-@pytest.mark.parametrize("clone", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))])
+@pytest.mark.parametrize(
+    "clone", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))]
+)
 def test_pickle_and_deepcopy_keep_class_weights_masks_and_training(clone):
     model = functional_model()
     copied = clone(model)
@@ -190,9 +204,13 @@ def test_warns_like_keras_when_nothing_is_trainable():
 
 
 def test_masked_sequential_holds_masks_and_saves_them(mode, tmp_path):
-    head = maskfit.set_mask(keras.layers.Dense(2, name="head"), maskfit.OutputMask([1, 0]))
+    head = maskfit.set_mask(
+        keras.layers.Dense(2, name="head"), maskfit.OutputMask([1, 0])
+    )
     model = maskfit.MaskedSequential([keras.layers.Dense(4), head])
-    model.compile(optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.5), loss="mse", **mode)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.5), loss="mse", **mode
+    )
     model.fit(X, Y, batch_size=8, verbose=0)  # built lazily, like Sequential
     kernel, bias = head.kernel.numpy(), head.bias.numpy()
     model.fit(X, Y, batch_size=8, epochs=2, verbose=0)

@@ -11,9 +11,7 @@ import pytest
 import tensorflow as tf
 
 import maskfit
-from maskfit.backup import files
-from maskfit.backup import input_order
-from maskfit.backup import state
+from maskfit.backup import files, input_order, state
 
 X = np.random.default_rng(0).normal(size=(40, 3)).astype("float32")
 Y = np.random.default_rng(1).normal(size=(40, 2)).astype("float32")
@@ -156,8 +154,9 @@ def test_resumes_inside_an_epoch_bit_identical(tmp_path, mode):
 def test_resumes_in_the_middle_of_gradient_accumulation_with_ema(tmp_path):
     # Backed up after batch 15: half of an accumulation of 2 (the optimizer
     # counts 7 updates), between two EMA overwrites.
-    optimizer_kwargs = dict(use_ema=True, ema_overwrite_frequency=4,
-                            gradient_accumulation_steps=2)
+    optimizer_kwargs = dict(
+        use_ema=True, ema_overwrite_frequency=4, gradient_accumulation_steps=2
+    )
     reference = build(optimizer_kwargs=optimizer_kwargs)
     fit(reference)
     model, _ = interrupted_then_resumed(
@@ -199,7 +198,9 @@ def test_epoch_backups_resume_a_kept_iterator_where_it_was(tmp_path):
     kwargs.update(steps_per_epoch=3, epochs=4)
     reference = build()
     fit(reference, **kwargs)
-    model, history = interrupted_then_resumed(tmp_path, stop=8, save_freq="epoch", **kwargs)
+    model, history = interrupted_then_resumed(
+        tmp_path, stop=8, save_freq="epoch", **kwargs
+    )
     assert len(history.history["loss"]) == 2  # epochs 2 and 3
     assert_same(state_of(model), state_of(reference))
 
@@ -216,7 +217,10 @@ def test_double_checkpoint_falls_back_to_the_previous_backup(tmp_path):
     with pytest.raises(OSError, match=damaged):
         fit(build(), [maskfit.ExactBackupAndRestore(folder, 3)])
     steps = Steps(stop=1)
-    fit(build(), [maskfit.ExactBackupAndRestore(folder, 3, double_checkpoint=True), steps])
+    fit(
+        build(),
+        [maskfit.ExactBackupAndRestore(folder, 3, double_checkpoint=True), steps],
+    )
     assert steps.seen == [(0, 12)]  # skipping into epoch 1 from step 12, not 15
 
 
@@ -226,7 +230,9 @@ def test_a_backup_made_with_other_steps_per_execution_is_refused(tmp_path):
         fit(build(), [maskfit.ExactBackupAndRestore(folder, 3), Interrupt(5)])
     model = build(steps_per_execution=2)
     before = [w.numpy() for w in model.weights]
-    with pytest.raises(ValueError, match="steps_per_execution=2, which does not divide"):
+    with pytest.raises(
+        ValueError, match="steps_per_execution=2, which does not divide"
+    ):
         fit(model, [maskfit.ExactBackupAndRestore(folder, 3)])
     assert_same([w.numpy() for w in model.weights], before)
 
@@ -247,7 +253,9 @@ def test_a_backup_of_another_model_fails_and_changes_nothing(tmp_path):
 def test_train_on_batch_after_an_interrupted_fit_trains(tmp_path):
     model = build()
     with pytest.raises(RuntimeError):
-        fit(model, [maskfit.ExactBackupAndRestore(str(tmp_path / "b"), 3), Interrupt(5)])
+        fit(
+            model, [maskfit.ExactBackupAndRestore(str(tmp_path / "b"), 3), Interrupt(5)]
+        )
     # The wrapper that fit left on the model passes calls it did not announce.
     model.train_on_batch(X[:4], Y[:4])
     assert int(model.optimizer.iterations.numpy()) == 6
@@ -294,12 +302,28 @@ def _warnings_of(tmp_path, unseeded=False, **kwargs):
 @pytest.mark.parametrize(
     "make_input, match",
     [
-        (lambda: dict(x=tf.data.Dataset.from_tensor_slices((X, Y)).shuffle(40).batch(4),
-                      y=None, batch_size=None, shuffle=False),
-         "reshuffle_each_iteration=False"),
-        (lambda: dict(x=Reshuffled(), y=None, batch_size=None), "Reshuffled.on_epoch_end"),
-        (lambda: dict(x=(b for b in [(X[:4], Y[:4])] * 20), y=None, batch_size=None,
-                      steps_per_epoch=3), "Python generator"),
+        (
+            lambda: dict(
+                x=tf.data.Dataset.from_tensor_slices((X, Y)).shuffle(40).batch(4),
+                y=None,
+                batch_size=None,
+                shuffle=False,
+            ),
+            "reshuffle_each_iteration=False",
+        ),
+        (
+            lambda: dict(x=Reshuffled(), y=None, batch_size=None),
+            "Reshuffled.on_epoch_end",
+        ),
+        (
+            lambda: dict(
+                x=(b for b in [(X[:4], Y[:4])] * 20),
+                y=None,
+                batch_size=None,
+                steps_per_epoch=3,
+            ),
+            "Python generator",
+        ),
         (lambda: dict(shuffle=True, unseeded=True), "no global seed"),
     ],
 )
@@ -314,9 +338,14 @@ def test_an_input_it_cannot_skip_exactly_warns_once(tmp_path, make_input, match)
     [
         dict(shuffle=True),  # arrays, with the suite's global seed
         dict(shuffle=False),
-        dict(x=tf.data.Dataset.from_tensor_slices((X, Y))
-             .shuffle(40, seed=3, reshuffle_each_iteration=False).batch(4),
-             y=None, batch_size=None, shuffle=False),
+        dict(
+            x=tf.data.Dataset.from_tensor_slices((X, Y))
+            .shuffle(40, seed=3, reshuffle_each_iteration=False)
+            .batch(4),
+            y=None,
+            batch_size=None,
+            shuffle=False,
+        ),
     ],
 )
 def test_inputs_it_skips_exactly_do_not_warn(tmp_path, kwargs):
@@ -331,15 +360,21 @@ def _with_generator(dataset):
 @pytest.mark.parametrize(
     "make, match",
     [
-        (lambda d: d.map(lambda x: x + 1, num_parallel_calls=2, deterministic=False),
-         "deterministic=False"),
+        (
+            lambda d: d.map(lambda x: x + 1, num_parallel_calls=2, deterministic=False),
+            "deterministic=False",
+        ),
         (lambda d: _with_generator(d), "tf.random.Generator"),
-        (lambda d: d.map(lambda x: tf.py_function(lambda v: v, [x], tf.int64)),
-         "Python code"),
+        (
+            lambda d: d.map(lambda x: tf.py_function(lambda v: v, [x], tf.int64)),
+            "Python code",
+        ),
         (lambda d: d.shuffle(8, seed=None, reshuffle_each_iteration=False), "no seed"),
         (lambda d: tf.data.Dataset.sample_from_datasets([d, d]), "no seed"),
-        (lambda d: d.map(lambda x: x + tf.random.uniform((), 0, 3, tf.int64)),
-         "RandomUniformInt) has no seed"),
+        (
+            lambda d: d.map(lambda x: x + tf.random.uniform((), 0, 3, tf.int64)),
+            "RandomUniformInt) has no seed",
+        ),
     ],
 )
 def test_dataset_hazards_name_what_changes_the_order(make, match):
@@ -381,4 +416,3 @@ def test_a_failed_write_leaves_the_backups_as_they_were(tmp_path):
     assert not [n for n in os.listdir(folder) if n.startswith(".partial-")]
     with open(os.path.join(third, "f.txt")) as f:
         assert f.read() == "4"
-

@@ -77,7 +77,9 @@ class _Chain:
 
 
 def _kills(cases):
-    return sum(len(c.get("kills", [])) + len(c.get("write_kills", [])) for c in cases.values())
+    return sum(
+        len(c.get("kills", [])) + len(c.get("write_kills", [])) for c in cases.values()
+    )
 
 
 @pytest.fixture(scope="module")

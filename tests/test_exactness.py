@@ -6,10 +6,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from keras_versions import param_if_shipped
 
 import maskfit
-from keras_versions import param_if_shipped
 
 # Every optimizer Keras ships, with a learning rate that moves a tiny model.
 OPTIMIZERS = {
@@ -115,7 +116,9 @@ def train_and_check(optimizer, mode, constraint=None, model_cls=None):
 # test command keeps every optimizer in graph mode and, in every mode, the
 # settings test below.
 @pytest.mark.other_modes_slow
-@pytest.mark.parametrize("name", [param_if_shipped(name) for name in sorted(OPTIMIZERS)])
+@pytest.mark.parametrize(
+    "name", [param_if_shipped(name) for name in sorted(OPTIMIZERS)]
+)
 def test_frozen_entries_hold_for_every_optimizer_with_every_setting(name, mode):
     train_and_check(OPTIMIZERS[name](**KITCHEN_SINK), mode)
 
@@ -272,6 +275,6 @@ def test_random_masks_on_random_layer_shapes_hold_exactly(widths, seed, element)
             variable.numpy()[is_frozen], before[path][is_frozen]
         )
         if (~is_frozen).any():
-            assert np.any(
-                variable.numpy()[~is_frozen] != before[path][~is_frozen]
-            ), path
+            assert np.any(variable.numpy()[~is_frozen] != before[path][~is_frozen]), (
+                path
+            )

@@ -24,7 +24,9 @@ def mlp(model_cls=maskfit.MaskedModel, seed=3):
 
 def data(n=24, seed=0):
     rng = np.random.default_rng(seed)
-    return rng.normal(size=(n, 4)).astype("float32"), rng.normal(size=(n, 2)).astype("float32")
+    return rng.normal(size=(n, 4)).astype("float32"), rng.normal(size=(n, 2)).astype(
+        "float32"
+    )
 
 
 def frozen_by(kind, layer):
@@ -74,7 +76,10 @@ def test_a_fully_frozen_model_still_counts_steps_for_its_schedules(mode):
     for layer in (a, b):
         maskfit.set_mask(layer, maskfit.OutputMask([0] * 5))
     maskfit.set_mask(
-        head, maskfit.PiecewiseMask([3], [maskfit.OutputMask([0, 0]), maskfit.OutputMask([1, 1])])
+        head,
+        maskfit.PiecewiseMask(
+            [3], [maskfit.OutputMask([0, 0]), maskfit.OutputMask([1, 1])]
+        ),
     )
     model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse", **mode)
     kernel = head.kernel.numpy()
@@ -102,7 +107,9 @@ def test_gradual_unfreezing_retraces_once_at_its_boundary(steps_per_execution):
     )
     maskfit.set_mask(a, schedule)
     model.compile(
-        optimizer=keras.optimizers.Adam(0.05), loss="mse", steps_per_execution=steps_per_execution
+        optimizer=keras.optimizers.Adam(0.05),
+        loss="mse",
+        steps_per_execution=steps_per_execution,
     )
     x, y = data(40)
     TraceCounter.traces = 0
@@ -165,7 +172,9 @@ def test_values_only_changes_keep_the_step_and_frozen_changes_retrace_once():
     assert TraceCounter.traces == traces + 1
 
 
-def test_saved_and_loaded_models_keep_the_optimizer_state_of_the_learnable_variables(tmp_path):
+def test_saved_and_loaded_models_keep_the_optimizer_state_of_the_learnable_variables(
+    tmp_path,
+):
     model, a, b, head = mlp()
     maskfit.set_mask(a, maskfit.OutputMask([0] * 5))
     model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")

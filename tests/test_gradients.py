@@ -1,15 +1,13 @@
 """Tests for maskfit.gradients."""
 
 import hypothesis
-from hypothesis import strategies as st
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import strategies as st
 
-from maskfit.gradients import custom_gradient
-from maskfit.gradients import reduce_to_shape
-from maskfit.gradients import reduction_axes
+from maskfit.gradients import custom_gradient, reduce_to_shape, reduction_axes
 
 MODES = ["eager", "graph", "jit"]
 

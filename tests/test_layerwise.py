@@ -3,7 +3,8 @@
 import keras
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import maskfit
 from maskfit.spec.layerwise import layerwise_decay
@@ -40,7 +41,10 @@ def test_sequential_blocks_count_from_the_output_and_skip_layers_without_weights
     for block in blocks:
         layer = model.get_layer(block.layers[0])
         # One scalar per variable: no memory.
-        assert multipliers(layer) == {"kernel": block.multiplier, "bias": block.multiplier}
+        assert multipliers(layer) == {
+            "kernel": block.multiplier,
+            "bias": block.multiplier,
+        }
         assert all(m.shape == () for m in multipliers(layer).values())
     assert maskfit.get_mask(model.layers[3]) is None  # the Dropout
 
@@ -56,8 +60,12 @@ def test_a_functional_chain_with_a_nested_model_is_one_block_per_layer():
 
     assert [b.layers for b in blocks] == [("head",), ("inner",), ("a",)]
     # The nested model's variables are declared on it, each by its path.
-    assert set(maskfit.get_mask(inner).masks) == {v.path for v in inner.trainable_weights}
-    assert all(float(m) == np.float32(0.8) for m in maskfit.get_mask(inner).masks.values())
+    assert set(maskfit.get_mask(inner).masks) == {
+        v.path for v in inner.trainable_weights
+    }
+    assert all(
+        float(m) == np.float32(0.8) for m in maskfit.get_mask(inner).masks.values()
+    )
     assert multipliers(model.get_layer("a"))["kernel"] == np.float32(0.64)
 
 
@@ -78,7 +86,10 @@ def test_a_branching_graph_needs_its_blocks_and_takes_them_input_side_first():
 
     blocks = layerwise_decay([[stem, body], head], 0.5)
 
-    assert [(b.depth, b.layers) for b in blocks] == [(0, ("head",)), (1, ("stem", "body"))]
+    assert [(b.depth, b.layers) for b in blocks] == [
+        (0, ("head",)),
+        (1, ("stem", "body")),
+    ]
     assert multipliers(body) == multipliers(stem) == {"kernel": 0.5, "bias": 0.5}
 
 
@@ -87,7 +98,9 @@ def test_gradual_unfreezing_freezes_each_block_until_its_turn():
     blocks = layerwise_decay(model, 0.5, unfreeze_every=10)
 
     assert [(b.depth, b.start) for b in blocks] == [(0, 0), (1, 10), (2, 20)]
-    assert isinstance(maskfit.get_mask(model.get_layer("mlp_head")), maskfit.ElementMask)
+    assert isinstance(
+        maskfit.get_mask(model.get_layer("mlp_head")), maskfit.ElementMask
+    )
     schedule = maskfit.get_mask(model.get_layer("mlp_0"))
     assert schedule.boundaries == (20,)
     assert float(by_name(schedule.spec_at(19))["kernel"]) == 0.0
@@ -102,7 +115,8 @@ def test_masks_already_declared_are_multiplied_interval_by_interval():
     # A warm-in declared by the user on the head: 0, 0.1 from step 5, 1 from 15.
     head = model.get_layer("mlp_head")
     warm = [
-        maskfit.ElementMask({"kernel": value, "bias": value}) for value in (0.0, 0.1, 1.0)
+        maskfit.ElementMask({"kernel": value, "bias": value})
+        for value in (0.0, 0.1, 1.0)
     ]
     maskfit.set_mask(head, maskfit.PiecewiseMask([5, 15], warm))
 
@@ -110,7 +124,9 @@ def test_masks_already_declared_are_multiplied_interval_by_interval():
 
     hidden_mask = maskfit.get_mask(hidden)
     assert hidden_mask.boundaries == (10,)
-    np.testing.assert_array_equal(by_name(hidden_mask.spec_at(10))["kernel"], keep * 0.5)
+    np.testing.assert_array_equal(
+        by_name(hidden_mask.spec_at(10))["kernel"], keep * 0.5
+    )
     np.testing.assert_array_equal(by_name(hidden_mask.spec_at(0))["kernel"], keep * 0)
     assert float(by_name(hidden_mask.spec_at(10))["bias"]) == 0.5
     head_mask = maskfit.get_mask(head)
@@ -147,7 +163,9 @@ def test_a_nested_layer_with_its_own_mask_keeps_it_times_the_block_factor():
     assert multipliers(inner.get_layer("inner_0")) == {"kernel": 0.25, "bias": 0.5}
     # The container covers the rest of its variables, not those.
     head = inner.get_layer("inner_head")
-    assert set(maskfit.get_mask(inner).masks) == {v.path for v in head.trainable_weights}
+    assert set(maskfit.get_mask(inner).masks) == {
+        v.path for v in head.trainable_weights
+    }
 
 
 @pytest.mark.parametrize("decay", [0, -0.5, 1.5, float("nan"), True, "0.5", None])
@@ -158,7 +176,9 @@ def test_a_decay_out_of_range_is_refused(decay):
 
 @pytest.mark.parametrize("steps", [0, -3, 2.5, True, "10"])
 def test_unfreeze_every_must_be_a_positive_integer(steps):
-    with pytest.raises(ValueError, match="`unfreeze_every`, expected None or a positive"):
+    with pytest.raises(
+        ValueError, match="`unfreeze_every`, expected None or a positive"
+    ):
         layerwise_decay(mlp(), 0.5, unfreeze_every=steps)
 
 
@@ -180,7 +200,9 @@ def test_models_and_blocks_it_cannot_read_are_refused_with_the_fix():
         layerwise_decay(unbuilt, 0.5)
     dense = keras.layers.Dense(2)
     dense.build((None, 3))
-    with pytest.raises(ValueError, match=f"'{dense.name}' is in block 0 and in block 1"):
+    with pytest.raises(
+        ValueError, match=f"'{dense.name}' is in block 0 and in block 1"
+    ):
         layerwise_decay([dense, [dense]], 0.5)
     with pytest.raises(TypeError, match="not a Keras layer"):
         layerwise_decay([dense, "head"], 0.5)
@@ -213,7 +235,9 @@ def test_every_block_gets_decay_to_the_power_of_its_depth(depth, decay):
     for block in blocks:
         assert block.multiplier == decay**block.depth
         mask = maskfit.get_mask(model.get_layer(block.layers[0]))
-        assert all(float(m) == np.float32(decay**block.depth) for m in mask.masks.values())
+        assert all(
+            float(m) == np.float32(decay**block.depth) for m in mask.masks.values()
+        )
 
 
 def test_blocks_waiting_to_unfreeze_do_not_move_in_training():

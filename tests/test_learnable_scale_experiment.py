@@ -7,20 +7,16 @@ import logging
 import os
 import re
 
-from absl import app
-from absl import flags
-from absl.testing import flagsaver
+import cli
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import app, flags
+from absl.testing import flagsaver
 
-import cli
-from experiments import common
-from experiments import learnable_scale
-from experiments.learnable_scale_lib import Config
-from experiments.learnable_scale_lib import run
-
+from experiments import common, learnable_scale
+from experiments.learnable_scale_lib import Config, run
 
 # 8 steps an epoch, run 3 at a time: the last call of each epoch is short.
 TINY = Config(

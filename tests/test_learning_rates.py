@@ -14,13 +14,14 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import given, settings, strategies as st
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from keras_versions import param_if_shipped
+from test_exactness import OPTIMIZERS
+
 from maskfit.optim import rate_modes as optimizer_rates
 from maskfit.optim import rates as learning_rates
 from maskfit.optim.rates import scaled_learning_rates
-from test_exactness import OPTIMIZERS
 
 STEPS = 20
 MULTIPLIERS = (0.1, 0.5, 3.0)
@@ -129,7 +130,9 @@ def references(name):
 
 
 @pytest.mark.parametrize("execution", EXECUTIONS_GRAPH_FAST)
-@pytest.mark.parametrize("name", [param_if_shipped(name) for name in sorted(OPTIMIZERS)])
+@pytest.mark.parametrize(
+    "name", [param_if_shipped(name) for name in sorted(OPTIMIZERS)]
+)
 def test_multiplier_is_the_optimizer_at_learning_rate_times_m(name, execution):
     # Every case in graph mode, which also computes the references. Eager
     # and jit (slow per variable, and per compiled op) run one variable with
@@ -215,7 +218,9 @@ CASES = [("AdamW", e) for e in EXECUTIONS] + [("SGD_nesterov", "graph")]
 
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
 @pytest.mark.parametrize("name, execution", CASES)
-def test_multipliers_compose_with_ema_and_gradient_accumulation(name, setting, execution):
+def test_multipliers_compose_with_ema_and_gradient_accumulation(
+    name, setting, execution
+):
     ours, variables, pairs, refs = scaled_and_references(
         name, (0.5, 3.0), **SETTINGS[setting]
     )
@@ -227,7 +232,7 @@ def test_multipliers_compose_with_ema_and_gradient_accumulation(name, setting, e
 
     train(step, execution)
     ours.finalize_variable_values(variables)  # the EMA averages, with EMA
-    for (m, (optimizer, variable)), mine in zip(refs.items(), variables):
+    for (_m, (optimizer, variable)), mine in zip(refs.items(), variables):
         optimizer.finalize_variable_values([variable])
         assert np.any(variable.numpy() != INIT)
         np.testing.assert_allclose(mine.numpy(), variable.numpy(), **TOLERANCE)
@@ -256,10 +261,14 @@ def test_multipliers_reach_the_optimizer_inside_a_loss_scale_optimizer(execution
 
     train(step, execution)
     assert float(ours.dynamic_scale) == 2.0**14  # halved once, at the skipped step
-    np.testing.assert_allclose(variables[0].numpy(), reference[0.5].numpy(), **TOLERANCE)
+    np.testing.assert_allclose(
+        variables[0].numpy(), reference[0.5].numpy(), **TOLERANCE
+    )
     for column, m in enumerate([0.5, 3.0, 3.0, 0.5]):
         np.testing.assert_allclose(
-            variables[1].numpy()[:, column], reference[m].numpy()[:, column], **TOLERANCE
+            variables[1].numpy()[:, column],
+            reference[m].numpy()[:, column],
+            **TOLERANCE,
         )
 
 
@@ -275,7 +284,9 @@ needs_multi_optimizer = pytest.mark.skipif(
     [(False, e) for e in EXECUTIONS] + [(True, "graph")],
     ids=[f"plain-{e}" for e in EXECUTIONS] + ["loss_scaled-graph"],
 )
-def test_multipliers_scale_each_sub_optimizer_of_a_multi_optimizer(loss_scaled, execution):
+def test_multipliers_scale_each_sub_optimizer_of_a_multi_optimizer(
+    loss_scaled, execution
+):
     names = ("adam_scaled", "adam_stock", "sgd_scaled", "sgd_stock")
     variables = [keras.Variable(INIT, name=n) for n in names]
     optimizer_map = keras.optimizers.OptimizerMap(
@@ -308,7 +319,9 @@ def test_multipliers_scale_each_sub_optimizer_of_a_multi_optimizer(loss_scaled, 
     for name, variable in zip(names, variables):
         expected = reference[name][1].numpy()
         assert np.any(expected != INIT)
-        np.testing.assert_allclose(variable.numpy(), expected, **TOLERANCE, err_msg=name)
+        np.testing.assert_allclose(
+            variable.numpy(), expected, **TOLERANCE, err_msg=name
+        )
 
 
 # Rows of a (6, 3) embedding table: a sparse gradient touches rows 0, 2 (twice) and 5.
@@ -342,7 +355,10 @@ def test_multipliers_apply_to_sparse_gradients(name, execution):
     np.testing.assert_allclose(scalar.numpy(), reference[0.5].numpy(), **TOLERANCE)
     for row, m in enumerate(ROWS):
         np.testing.assert_allclose(
-            rows.numpy()[row], reference[m].numpy()[row], **TOLERANCE, err_msg=f"row {row}"
+            rows.numpy()[row],
+            reference[m].numpy()[row],
+            **TOLERANCE,
+            err_msg=f"row {row}",
         )
 
 
@@ -398,7 +414,9 @@ def test_zero_takes_no_step_and_ftrl_keeps_finite_state():
     assert np.all(adamw.numpy()[:, 1:] != INIT[:, 1:])
     for state in ours["Ftrl"].variables:
         assert np.all(np.isfinite(keras.ops.convert_to_numpy(state))), state.path
-    np.testing.assert_allclose(ftrl.numpy()[:, 0], stock_ftrl.numpy()[:, 0], **TOLERANCE)
+    np.testing.assert_allclose(
+        ftrl.numpy()[:, 0], stock_ftrl.numpy()[:, 0], **TOLERANCE
+    )
 
 
 class PlainDescent(keras.optimizers.Optimizer):
@@ -487,7 +505,7 @@ def test_nothing_stays_on_the_optimizers_even_after_an_error():
     with pytest.raises(ZeroDivisionError):
         with scaled_learning_rates(ours, [(variables[0], 0.5)]):
             assert "update_step" in vars(ours.inner_optimizer)
-            1 / 0
+            raise ZeroDivisionError("inside the context")
     assert [dict(vars(o)) for o in within] == attributes
     stock = keras.Variable(INIT)
     plain = built(make("AdamW"), [stock])
@@ -561,7 +579,9 @@ def test_the_docstring_examples_run():
     for module in (learning_rates, optimizer_rates):
         results = doctest.testmod(module, extraglobs=dict(keras=keras, tf=tf))
         assert results.failed == 0
-    assert doctest.testmod(learning_rates, extraglobs=dict(keras=keras, tf=tf)).attempted
+    assert doctest.testmod(
+        learning_rates, extraglobs=dict(keras=keras, tf=tf)
+    ).attempted
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import os
 import keras
 import numpy as np
 import pytest
+from keras_versions import KERAS
 
 import maskfit
-from keras_versions import KERAS
 from maskfit import model as model_lib
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "maskfit_0_1_0")
@@ -42,7 +42,9 @@ def _check_state(model, expected):
         np.testing.assert_array_equal(got, value, err_msg=path)
     variables = model_lib.all_trainable_variables(model)
     keeps = {variables[i].path: k for i, k in model_lib.keep_masks(model).items()}
-    saved_keeps = {k[len("keep:"):]: v for k, v in expected.items() if k.startswith("keep:")}
+    saved_keeps = {
+        k[len("keep:") :]: v for k, v in expected.items() if k.startswith("keep:")
+    }
     assert sorted(keeps) == sorted(saved_keeps)
     for path, keep in saved_keeps.items():
         np.testing.assert_array_equal(keeps[path], keep, err_msg=path)
@@ -51,7 +53,9 @@ def _check_state(model, expected):
 def _trains_on(model, expected):
     middle = model.get_layer("middle")
     frozen = middle.kernel.numpy()
-    model.fit(expected["x"], expected["y"], batch_size=4, epochs=1, shuffle=False, verbose=0)
+    model.fit(
+        expected["x"], expected["y"], batch_size=4, epochs=1, shuffle=False, verbose=0
+    )
     np.testing.assert_array_equal(middle.kernel.numpy(), frozen)
     variables = model_lib.all_trainable_variables(model)
     for index, keep in model_lib.keep_masks(model).items():
@@ -70,7 +74,10 @@ def test_a_saved_model_loads_with_its_masks_rules_and_optimizer_state():
     assert isinstance(maskfit.get_mask(model.get_layer("head")), maskfit.PiecewiseMask)
     _check_state(model, expected)
     np.testing.assert_allclose(
-        model.predict(expected["x"], verbose=0), expected["prediction"], rtol=1e-5, atol=1e-6
+        model.predict(expected["x"], verbose=0),
+        expected["prediction"],
+        rtol=1e-5,
+        atol=1e-6,
     )
     _trains_on(model, expected)
 
@@ -89,8 +96,9 @@ def test_saved_weights_load_into_a_model_built_anew():
 def test_the_files_hold_position_keyed_entries(name):
     # What this file guards: 0.1.0 keyed keep masks and the optimizer's
     # variables by position; later releases must keep reading them.
-    import h5py
     import zipfile
+
+    import h5py
 
     path = os.path.join(HERE, name)
     if name.endswith(".keras"):

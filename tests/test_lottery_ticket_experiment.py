@@ -18,11 +18,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from experiments import lottery_ticket_report
-from experiments.lottery_ticket_lib import ARMS
-from experiments.lottery_ticket_lib import Config
-from experiments.lottery_ticket_lib import run
 import maskfit
+from experiments import lottery_ticket_report
+from experiments.lottery_ticket_lib import ARMS, Config, run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

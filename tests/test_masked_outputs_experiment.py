@@ -4,13 +4,11 @@ import dataclasses
 import json
 import os
 
+import cli
 import keras
 import pytest
 
-import cli
-
-from experiments.masked_outputs_lib import Config
-from experiments.masked_outputs_lib import run
+from experiments.masked_outputs_lib import Config, run
 
 # How closely two computations of the same prediction agree (the one recorded
 # inside the compiled loop, and `model(x)` afterwards): different kernels, so
@@ -143,7 +141,9 @@ def bad_flag_runs(tmp_path_factory):
     return base, cli.outcomes("experiments.masked_outputs", argvs)
 
 
-@pytest.mark.parametrize("index", range(len(_BAD_FLAGS)), ids=[f for f, _ in _BAD_FLAGS])
+@pytest.mark.parametrize(
+    "index", range(len(_BAD_FLAGS)), ids=[f for f, _ in _BAD_FLAGS]
+)
 def test_bad_flag_is_a_usage_error(bad_flag_runs, index):
     base, outcomes = bad_flag_runs
     _, message = _BAD_FLAGS[index]

@@ -1,10 +1,10 @@
 """Frozen entries stay exact under mixed_float16 (loss scaling) and mixed_bfloat16."""
 
+import distributed_runs
 import keras
 import numpy as np
 import pytest
 
-import distributed_runs
 import maskfit
 from maskfit import distribute
 

@@ -6,7 +6,6 @@ AdamW and the hidden layer on SGD with Nesterov momentum, weight decay on both.
 
 import keras
 import pytest
-
 from test_exactness import train_and_check
 
 pytestmark = pytest.mark.skipif(
@@ -19,7 +18,11 @@ def multi_optimizer(**head_settings):
     return keras.optimizers.MultiOptimizer(
         keras.optimizers.OptimizerMap(
             keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True, weight_decay=0.1),
-            {"head/.*": keras.optimizers.AdamW(0.05, weight_decay=0.1, **head_settings)},
+            {
+                "head/.*": keras.optimizers.AdamW(
+                    0.05, weight_decay=0.1, **head_settings
+                )
+            },
         )
     )
 

@@ -6,8 +6,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from keras_versions import param_if_shipped
+
 from maskfit.optim import rebuild
 
 OPTIMIZERS = {
@@ -21,7 +21,9 @@ OPTIMIZERS = {
     "Nadam": lambda: keras.optimizers.Nadam(0.1),
     "ScheduleFreeAdamW": lambda: keras.optimizers.ScheduleFreeAdamW(0.1),
     "accumulation": lambda: keras.optimizers.Adam(0.1, gradient_accumulation_steps=2),
-    "LossScale": lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.1)),
+    "LossScale": lambda: keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.Adam(0.1)
+    ),
 }
 # The keras.optimizers class of the OPTIMIZERS not named after theirs.
 CLASSES = {"accumulation": "Adam", "LossScale": "LossScaleOptimizer"}
@@ -91,7 +93,9 @@ def test_kept_variables_keep_every_slot_and_new_ones_start_fresh(name):
     for path in new_paths:
         assert belongs_to(path, "c"), path
         if name == "LossScale":  # The slots are the inner optimizer's.
-            expected = fresh_state[path.replace("adam/", fresh.inner_optimizer.name + "/", 1)]
+            expected = fresh_state[
+                path.replace("adam/", fresh.inner_optimizer.name + "/", 1)
+            ]
         else:
             expected = fresh_state[path.replace(optimizer.name, fresh.name, 1)]
         if path.endswith("average"):

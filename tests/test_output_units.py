@@ -12,11 +12,11 @@ import textwrap
 from typing import Callable, NamedTuple
 
 import keras
+import keras_versions
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras_versions
 import maskfit
 
 L = keras.layers
@@ -704,9 +704,9 @@ def test_output_mask_is_correct_or_refused_on_every_keras_layer(case):
         frozen = (owner >= 0) & frozen_units[np.maximum(owner, 0)]
         learns = ((owner >= 0) & ~frozen) | (owner == -2)
         np.testing.assert_array_equal(new[frozen], old[frozen], err_msg=v.path)
-        assert np.all(
-            new[learns] != old[learns]
-        ), f"{v.path}: owned or shared entries did not move"
+        assert np.all(new[learns] != old[learns]), (
+            f"{v.path}: owned or shared entries did not move"
+        )
         frozen_checked += int(frozen.sum())
     assert frozen_checked > 0
 

@@ -7,7 +7,9 @@ import pytest
 import maskfit
 
 # Python 3.12+ virtual environments have no setuptools (pip builds in its own).
-setuptools = pytest.importorskip("setuptools", reason="needs setuptools to list packages")
+setuptools = pytest.importorskip(
+    "setuptools", reason="needs setuptools to list packages"
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(maskfit.__file__)))
 
@@ -21,4 +23,6 @@ def test_every_folder_of_maskfit_is_a_package_that_setuptools_finds():
         if "__pycache__" not in path and any(f.endswith(".py") for f in files)
     }
     found = set(setuptools.find_packages(ROOT, include=["maskfit", "maskfit.*"]))
-    assert folders <= found, f"not packages (add an __init__.py): {sorted(folders - found)}"
+    assert folders <= found, (
+        f"not packages (add an __init__.py): {sorted(folders - found)}"
+    )

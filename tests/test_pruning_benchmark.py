@@ -91,14 +91,18 @@ def test_both_contenders_run_tiny_and_report_sparsity_at_every_pruning_step(
     assert "| polynomial | maskfit | 1 |" in table
     assert "| polynomial | keras | 1 |" in table and " | - | - | - |" in table
     assert "| polynomial | tf_keras | 1 |" in table
-    assert "| 2:4 | maskfit / keras | " in table and "| 2:4 | tfmot / tf_keras | " in table
+    assert (
+        "| 2:4 | maskfit / keras | " in table and "| 2:4 | tfmot / tf_keras | " in table
+    )
     # 160 - 16 kept in 16x10, per contender.
     assert "| 6 | 0.900000 | 922 | 922 | 144 | 144 |" in table
     assert (tmp_path / "config.json").exists()
 
 
 def test_unknown_contenders_are_refused_with_what_is_available():
-    with pytest.raises(ValueError, match=r"available: \['keras', 'maskfit', 'tf_keras', 'tfmot'\]"):
+    with pytest.raises(
+        ValueError, match=r"available: \['keras', 'maskfit', 'tf_keras', 'tfmot'\]"
+    ):
         pruning_lib.Config(contenders=("torch",))
 
 

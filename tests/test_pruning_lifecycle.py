@@ -11,9 +11,8 @@ import pytest
 import tensorflow as tf
 
 import maskfit
-from maskfit import mask_rules
+from maskfit import mask_rules, pruning
 from maskfit import model as model_lib
-from maskfit import pruning
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,7 +52,9 @@ def test_saving_an_unstripped_model_keeps_the_pruning_and_training_resumes(tmp_p
     loaded = keras.saving.load_model(path)
     assert isinstance(loaded, maskfit.MaskedSequential)
     assert mask_rules.get_rule(loaded) == mask_rules.get_rule(model)
-    assert repr(mask_rules.get_rule(loaded)).startswith("MagnitudePruning(PolynomialDecay(")
+    assert repr(mask_rules.get_rule(loaded)).startswith(
+        "MagnitudePruning(PolynomialDecay("
+    )
     before = model_lib.keep_masks(model)
     loaded_keeps = model_lib.keep_masks(loaded)  # loaded, not yet planned
     assert sorted(loaded_keeps) == sorted(before)
@@ -70,7 +71,9 @@ def test_saving_an_unstripped_model_keeps_the_pruning_and_training_resumes(tmp_p
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
     for index, keep in model_lib.keep_masks(model).items():
         np.testing.assert_array_equal(model_lib.keep_masks(loaded)[index], keep)
-        assert np.count_nonzero(~keep) == keep.size - pruning.kept_count(keep.size, 0.75)
+        assert np.count_nonzero(~keep) == keep.size - pruning.kept_count(
+            keep.size, 0.75
+        )
 
 
 def test_strip_gives_a_stock_model_that_loads_in_a_fresh_process_without_maskfit(
@@ -126,7 +129,9 @@ def test_strip_of_functional_and_masked_subclass_models():
     assert type(stripped) is keras.Model or type(stripped).__name__ == "Functional"
     assert not isinstance(stripped, maskfit.MaskedModel)
     assert not mask_rules.layer_rules(stripped)
-    np.testing.assert_allclose(stripped.predict(x, verbose=0), pruned.predict(x, verbose=0))
+    np.testing.assert_allclose(
+        stripped.predict(x, verbose=0), pruned.predict(x, verbose=0)
+    )
     with pytest.raises(TypeError, match="expects a keras.Model"):
         pruning.strip_pruning(pruned.layers[1])
 

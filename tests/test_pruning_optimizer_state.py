@@ -19,7 +19,9 @@ from maskfit.optim import traits
 # history for entries dropped after step 1.
 SCHEDULE = dict(initial_sparsity=0.25, final_sparsity=0.75, begin_step=1, end_step=7)
 
-EVERY_SETTING = dict(clipnorm=1.0, use_ema=True, ema_momentum=0.5, ema_overwrite_frequency=4)
+EVERY_SETTING = dict(
+    clipnorm=1.0, use_ema=True, ema_momentum=0.5, ema_overwrite_frequency=4
+)
 
 # Every optimizer that keeps dropped entries at 0 by itself, each with the
 # settings that carry history.
@@ -128,9 +130,7 @@ def test_every_mode_keeps_dropped_entries_zero(mode):
 @pytest.mark.parametrize("name", sorted(ZEROED_AFTER))
 def test_untrusted_optimizers_get_dropped_entries_zeroed_after_each_update(name):
     optimizer = ZEROED_AFTER[name]()
-    assert not traits.keeps_dropped_entries_at_zero(
-        optimizer, keras.Variable(1.0)
-    )
+    assert not traits.keeps_dropped_entries_at_zero(optimizer, keras.Variable(1.0))
     fit_and_check(optimizer, {}, state_zero=False)
 
 
@@ -168,6 +168,4 @@ def test_mixed_precision_loss_scaling_keeps_dropped_entries_zero():
     ids=["adam_epsilon_0", "rmsprop_epsilon_0", "loss_scaled_subclass"],
 )
 def test_what_could_divide_by_zero_or_override_the_update_is_not_trusted(optimizer):
-    assert not traits.keeps_dropped_entries_at_zero(
-        optimizer, keras.Variable(1.0)
-    )
+    assert not traits.keeps_dropped_entries_at_zero(optimizer, keras.Variable(1.0))

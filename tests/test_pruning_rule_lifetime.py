@@ -11,11 +11,11 @@ optimizer state 0), the rule back in the step when the optimizer goes back.
 import hypothesis
 import hypothesis.strategies as st
 import keras
+import keras_versions
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras_versions
 import maskfit
 from maskfit import model as model_lib
 from maskfit import pruning
@@ -132,9 +132,10 @@ def test_last_pruning_step_is_unknown_without_an_end_or_for_other_steps():
 def test_a_rules_last_update_is_in_optimizer_steps():
     polynomial = pruning.PolynomialDecay(0.0, 0.9, 0, 400, frequency=20)
     assert pruning.MagnitudePruning(polynomial).last_update_step() == 399
-    assert pruning.MagnitudePruning(
-        pruning.ConstantSparsity(0.5, 0)
-    ).last_update_step() is None
+    assert (
+        pruning.MagnitudePruning(pruning.ConstantSparsity(0.5, 0)).last_update_step()
+        is None
+    )
     two_of_four = pruning.MagnitudePruning(
         pruning.ConstantSparsity(0.5, 0), sparsity_m_by_n=(2, 4)
     )
@@ -302,9 +303,11 @@ def test_the_rule_comes_back_when_the_optimizer_goes_back(mode):
     # Pruned again at steps 2, 4 and 6, as by a rule that never left the
     # step (at step 2 to a lower sparsity: pruned entries tie at 0 with the
     # threshold and are kept, as in TF-MOT).
-    assert runs[pruning.MagnitudePruning][0] == runs[InStep][0] == [
-        48, 0, 0, 46, 46, 48, 48, 48
-    ]
+    assert (
+        runs[pruning.MagnitudePruning][0]
+        == runs[InStep][0]
+        == [48, 0, 0, 46, 46, 48, 48, 48]
+    )
     np.testing.assert_array_equal(
         runs[pruning.MagnitudePruning][1] != 0, runs[InStep][1] != 0
     )

@@ -273,4 +273,3 @@ def test_custom_schedule_uses_tfmot_helpers_in_a_compiled_step():
 def test_base_class_is_abstract():
     with pytest.raises(TypeError):
         pruning.PruningSchedule()
-

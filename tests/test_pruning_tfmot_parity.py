@@ -183,7 +183,7 @@ def test_masks_equal_tfmots_whatever_the_ties_and_the_sparsity(seed, levels, spa
     # Few magnitude levels: many entries tie with the threshold, on either
     # side of the sort's cut-off.
     rng = np.random.RandomState(seed)
-    values = (rng.randint(0, levels, (40, 25)) * rng.choice([-1, 1], (40, 25)))
+    values = rng.randint(0, levels, (40, 25)) * rng.choice([-1, 1], (40, 25))
     ours, theirs = _many_ties(values.astype(np.float32) / levels, sparsity)
     np.testing.assert_array_equal(ours, theirs)
 

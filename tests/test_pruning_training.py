@@ -13,7 +13,6 @@ from maskfit import model as model_lib
 from maskfit import pruning
 from maskfit.spec import rules as mask_rules
 
-
 # Prunes in steps 2, 4 and 6 (the n-th batch is step n), to 0.8 from step 6.
 SCHEDULE = dict(initial_sparsity=0.0, final_sparsity=0.8, begin_step=0, end_step=6)
 
@@ -156,7 +155,11 @@ def test_subclassed_models_prune_built_or_not(cls, built):
         model(x[:1])
     schedule = pruning.ConstantSparsity(0.5, 0, frequency=3)
     pruned = pruning.prune_low_magnitude(model, pruning_schedule=schedule)
-    assert pruned is model if cls is Subclassed else isinstance(pruned, pruning.PrunedModel)
+    assert (
+        pruned is model
+        if cls is Subclassed
+        else isinstance(pruned, pruning.PrunedModel)
+    )
     pruned.compile(optimizer="adamw", loss="mse")
     check = ZerosCheck(schedule, [])
     pruned.fit(x, y, batch_size=4, verbose=0, callbacks=[check])
@@ -281,9 +284,13 @@ def test_pruning_holds_under_mixed_precision():
 
 
 def test_pruning_holds_on_every_replica_under_mirrored_strategy():
-    script = os.path.join(os.path.dirname(__file__), "scripts", "pruning_mirrored_run.py")
+    script = os.path.join(
+        os.path.dirname(__file__), "scripts", "pruning_mirrored_run.py"
+    )
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
     done = subprocess.run(
         [sys.executable, script, "float32", "mixed_bfloat16"],
         capture_output=True,

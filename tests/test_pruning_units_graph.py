@@ -3,11 +3,10 @@
 import keras
 import numpy as np
 import pytest
+import structured_models as models
 
 import maskfit
 from maskfit.pruning import keras_graph
-
-import structured_models as models
 
 pruning = maskfit.pruning
 L = keras.layers
@@ -214,12 +213,16 @@ def test_custom_layers_declare_their_coupling():
     selection = pruning.select_units(model, 0.5)
 
     assert {k: len(v["units"]) for k, v in selection.removed().items()} == {
-        "mine": 3, "dense": 3, "mine2": 2
+        "mine": 3,
+        "dense": 3,
+        "mine2": 2,
     }
     small = pruning.shrink(model, selection)
     assert small.get_layer("scale").scale.shape == (3,)
     expected = models.masked_outputs(model, selection, models._x((3, 4)))
-    np.testing.assert_allclose(np.asarray(small(models._x((3, 4)))), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(small(models._x((3, 4)))), expected, rtol=1e-5, atol=1e-6
+    )
 
 
 class Reverse(L.Layer):
@@ -240,7 +243,9 @@ class Wrong(MyDense):
 def test_a_wrong_declaration_fails_its_gradient_check():
     x = keras.Input((4,))
     model = keras.Model(x, L.Dense(2)(Reverse(name="reverse")(L.Dense(6)(x))))
-    with pytest.raises(ValueError, match="'reverse'.*output channel 0 depends on input channels"):
+    with pytest.raises(
+        ValueError, match="'reverse'.*output channel 0 depends on input channels"
+    ):
         pruning.DependencyGraph(model)
     x = keras.Input((4,))
     model = keras.Model(x, L.Dense(2)(Wrong(4, name="wrong")(L.Dense(4)(x))))
@@ -254,7 +259,9 @@ def test_register_coupling_for_a_subclass_of_a_keras_layer():
 
     x = keras.Input((4,))
     model = keras.Model(x, L.Dense(2)(Plain(6, name="plain")(x)))
-    assert "subclasses keras.layers.Dense" in pruning.DependencyGraph(model).explain("plain")
+    assert "subclasses keras.layers.Dense" in pruning.DependencyGraph(model).explain(
+        "plain"
+    )
     # Its output units (checked against its gradients) and its coupling.
     maskfit.register_output_units(Plain, L.Dense)
     pruning.register_coupling(Plain, pruning.coupling_of(L.Dense(1)))
@@ -268,14 +275,24 @@ def test_register_coupling_for_a_subclass_of_a_keras_layer():
 def test_the_docstring_examples_run():
     import doctest
 
-    from maskfit.pruning import couplings
-    from maskfit.pruning import importance
-    from maskfit.pruning import shrinking
-    from maskfit.pruning import sizes
-    from maskfit.pruning import structured
-    from maskfit.pruning import unit_choice
-    from maskfit.pruning import unit_graph
+    from maskfit.pruning import (
+        couplings,
+        importance,
+        shrinking,
+        sizes,
+        structured,
+        unit_choice,
+        unit_graph,
+    )
 
-    for module in (couplings, importance, shrinking, sizes, structured, unit_choice, unit_graph):
+    for module in (
+        couplings,
+        importance,
+        shrinking,
+        sizes,
+        structured,
+        unit_choice,
+        unit_graph,
+    ):
         results = doctest.testmod(module)
         assert results.attempted and not results.failed, module.__name__

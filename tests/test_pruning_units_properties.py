@@ -8,14 +8,11 @@ outputs keep their shapes.
 
 import keras
 import numpy as np
-from hypothesis import HealthCheck
-from hypothesis import given
-from hypothesis import settings
+import structured_models as models
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import maskfit
-
-import structured_models as models
 
 pruning = maskfit.pruning
 L = keras.layers
@@ -71,7 +68,9 @@ def build(ops, head, two_outputs):
         tensors.append(out)
     last = tensors[-1]
     last = L.GlobalAveragePooling2D()(last) if head == "gap" else L.Flatten()(last)
-    outputs = L.Dense(3, name="head")(L.Dense(5, activation="relu", name="hidden")(last))
+    outputs = L.Dense(3, name="head")(
+        L.Dense(5, activation="relu", name="hidden")(last)
+    )
     if two_outputs:
         outputs = [outputs, L.Conv2D(2, 1, name="side")(tensors[len(tensors) // 2])]
     return models.functional(x, outputs, seed=len(ops))
@@ -88,7 +87,9 @@ def build(ops, head, two_outputs):
     round_to=st.sampled_from([None, 2]),
     global_pruning=st.booleans(),
 )
-def test_shrink_equals_the_masked_model_on_random_graphs(graph, fraction, round_to, global_pruning):
+def test_shrink_equals_the_masked_model_on_random_graphs(
+    graph, fraction, round_to, global_pruning
+):
     keras.backend.clear_session(free_memory=False)
     model = build(*graph)
     x = np.random.default_rng(0).normal(size=(2, 4, 4, 2)).astype("float32")

@@ -9,23 +9,24 @@ import json
 import zipfile
 from typing import NamedTuple
 
+import coupling_checks
 import keras
 import numpy as np
 import pytest
+import structured_models as models
 import tensorflow as tf
+from keras_versions import call_or_xla
 
 import maskfit
-from keras_versions import call_or_xla
 from maskfit import internals
-from maskfit.pruning import couplings
-from maskfit.pruning import couplings_keras
-from maskfit.pruning import couplings_passing
-from maskfit.pruning import couplings_sequence
-from maskfit.pruning import unit_choice
-from maskfit.pruning import unit_graph
-
-import coupling_checks
-import structured_models as models
+from maskfit.pruning import (
+    couplings,
+    couplings_keras,
+    couplings_passing,
+    couplings_sequence,
+    unit_choice,
+    unit_graph,
+)
 
 pruning = maskfit.pruning
 L = keras.layers
@@ -82,7 +83,9 @@ def test_couplings_hold_and_shrink_computes_what_the_pruned_model_computes(name)
     assert coupling_checks.check_graph(selection.graph)
 
     assert type(small) in (internals.functional_class(), keras.Sequential)
-    assert not any(type(l).__module__.startswith("maskfit") for l in internals.sublayers(small))
+    assert not any(
+        type(l).__module__.startswith("maskfit") for l in internals.sublayers(small)
+    )
     assert [l.name for l in small.layers] == [l.name for l in model.layers]
     assert_same_outputs(model, small, selection, x)
     report = pruning.size_report(model, small)
@@ -104,7 +107,10 @@ def test_removing_a_unit_takes_what_is_joined_to_it():
 
     # The residual add joins stem, block_b (and their batch norms) channel by
     # channel; block_a's units stay.
-    assert selection.removed() == {"stem": {"units": [3, 5]}, "block_b": {"units": [3, 5]}}
+    assert selection.removed() == {
+        "stem": {"units": [3, 5]},
+        "block_b": {"units": [3, 5]},
+    }
     small = pruning.shrink(model, selection)
     assert small.get_layer("stem").filters == 6
     assert small.get_layer("block_a").filters == 8
@@ -165,12 +171,20 @@ def test_a_channels_first_conv_is_never_left_with_as_many_channels_as_its_width(
     space = selection.graph.own_space(model.get_layer("conv1d"))
     atoms = selection.graph.atoms_of(space.ids)
     kept[atoms] = np.arange(len(atoms)) < 4
-    with pytest.raises(ValueError, match="shrink: layer 'conv1d' would keep 4 channels"):
+    with pytest.raises(
+        ValueError, match="shrink: layer 'conv1d' would keep 4 channels"
+    ):
         pruning.shrink(model, pruning.UnitSelection(selection.graph, kept))
 
 
 def test_shrunk_models_save_and_load_with_stock_keras_without_maskfit(tmp_path):
-    for name in ("residual_bn", "attention_residual", "bidirectional", "nested", "sequential"):
+    for name in (
+        "residual_bn",
+        "attention_residual",
+        "bidirectional",
+        "nested",
+        "sequential",
+    ):
         model, x, _, small = pruned(name)
         path = str(tmp_path / f"{name}.keras")
         small.save(path)
@@ -191,23 +205,31 @@ def test_dict_inputs_and_outputs_keep_their_names():
     h = L.Concatenate()([L.Dense(6, name="da")(a), L.Dense(5, name="db")(b)])
     h = L.Dense(7, name="mid")(h)
     model = models.functional(
-        {"a": a, "b": b}, {"out": L.Dense(2, name="out")(h), "aux": L.Dense(1, name="aux")(h)}
+        {"a": a, "b": b},
+        {"out": L.Dense(2, name="out")(h), "aux": L.Dense(1, name="aux")(h)},
     )
     selection = pruning.select_units(model, 0.5)
     small = pruning.shrink(model, selection)
 
     x = {"a": models._x((3, 4)), "b": models._x((3, 3), seed=2)}
     expected, got = models.masked_outputs(model, selection, x), small(x)
-    assert sorted(got) == ["aux", "out"] and [t.name for t in small.inputs] == ["a", "b"]
+    assert sorted(got) == ["aux", "out"] and [t.name for t in small.inputs] == [
+        "a",
+        "b",
+    ]
     for key in expected:
-        np.testing.assert_allclose(np.asarray(got[key]), expected[key], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(got[key]), expected[key], rtol=1e-5, atol=1e-6
+        )
 
 
 def test_an_importance_function_decides_and_masks_zero_exactly_the_removed_entries():
     model = pruned("mlp").model
 
     def by_position(variable, value):  # the last units score lowest
-        return tf.zeros_like(value) + tf.cast(tf.range(value.shape[-1], 0, -1), value.dtype)
+        return tf.zeros_like(value) + tf.cast(
+            tf.range(value.shape[-1], 0, -1), value.dtype
+        )
 
     selection = pruning.select_units(model, 0.5, importance=by_position)
     assert selection.removed()["hidden"]["units"] == [4, 5, 6, 7]
@@ -275,7 +297,11 @@ _REFUSED_IN = {
 
 def test_every_keras_layer_class_is_coupled_or_refused():
     # Fails when Keras adds a layer: decide how units cross it, then add it.
-    missing = [c.__name__ for c in _public_layer_classes() if c not in couplings.builtin_table()]
+    missing = [
+        c.__name__
+        for c in _public_layer_classes()
+        if c not in couplings.builtin_table()
+    ]
     assert missing == []
 
 
@@ -284,13 +310,16 @@ def test_every_keras_layer_class_with_weights_is_pruned_or_refused_with_its_reas
     for name in models.MODELS:
         selection = pruned(name).selection
         for layer_name in selection.removed():
-            layer = next(s.layer for s in selection.graph.spaces if s.layer.name == layer_name)
+            layer = next(
+                s.layer for s in selection.graph.spaces if s.layer.name == layer_name
+            )
             pruned_classes.add(type(layer))
         # Layers that pass removed units on (normalizations, depthwise, ...).
         graph = selection.graph
         for call, _, outputs in graph.calls:
             if any(
-                u.ids is not None and not graph.kept_positions(u.ids, selection.kept).all()
+                u.ids is not None
+                and not graph.kept_positions(u.ids, selection.kept).all()
                 for u in outputs
             ):
                 pruned_classes.add(type(call.layer))
@@ -299,7 +328,9 @@ def test_every_keras_layer_class_with_weights_is_pruned_or_refused_with_its_reas
         if isinstance(coupling, couplings.Refused):
             assert len(coupling.reason) > 10, cls
         elif isinstance(coupling, _WEIGHTED) and cls not in _REFUSED_IN:
-            assert cls in pruned_classes, f"{cls.__name__} loses no unit in any test model"
+            assert cls in pruned_classes, (
+                f"{cls.__name__} loses no unit in any test model"
+            )
     for cls, (make, reason) in _REFUSED_IN.items():
         if make is None:
             assert reason in table[cls].reason

@@ -11,23 +11,23 @@ import sys
 import keras
 import numpy as np
 import pytest
+import structured_models as models
 import tensorflow as tf
 
 import maskfit
-from maskfit import mask_rules
+from maskfit import mask_rules, paths
 from maskfit import model as model_lib
-from maskfit import paths
 from maskfit.optim import traits
 from maskfit.pruning import unit_choice
-
-import structured_models as models
 
 pruning = maskfit.pruning
 L = keras.layers
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Prunes in training steps 2, 4 and 6, to half of each group's units.
-SCHEDULE = dict(initial_sparsity=0.0, final_sparsity=0.5, begin_step=0, end_step=6, frequency=2)
+SCHEDULE = dict(
+    initial_sparsity=0.0, final_sparsity=0.5, begin_step=0, end_step=6, frequency=2
+)
 
 # Each with EMA, overwritten every 3 steps (the averages carry history too).
 _EMA = dict(use_ema=True, ema_momentum=0.5, ema_overwrite_frequency=3)
@@ -81,8 +81,13 @@ class RemovedStayZero(keras.callbacks.Callback):
         done = pruning.pruning_steps(self.schedule, 1, self.step + 1)
         fraction = done[-1][1] if done else 0.0
         for group in selection.graph.groups:
-            expected = int(unit_choice.kept_count(int(group.channels.sum()), 1, fraction))
-            assert int(selection.kept[group.atoms].sum()) == expected, (self.step, group)
+            expected = int(
+                unit_choice.kept_count(int(group.channels.sum()), 1, fraction)
+            )
+            assert int(selection.kept[group.atoms].sum()) == expected, (
+                self.step,
+                group,
+            )
         self.checked += 1
 
 
@@ -110,13 +115,19 @@ def test_removed_units_are_exactly_zero_after_every_step(name, mode):
     x, y = data()
     check = RemovedStayZero(schedule, state=not mode.get("jit_compile"))
 
-    pruned.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=[check])
+    pruned.fit(
+        x, y, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=[check]
+    )
 
     assert check.checked == 8
     removed = pruning.unit_selection(pruned).removed()
     assert set(removed) == {"stem", "block", "dense"}  # never the head
-    assert len(removed["stem"]["units"]) == 4 and not {0, 5} & set(removed["dense"]["units"])
-    np.testing.assert_array_equal(model.get_layer("dense").bias.numpy()[[0, 5]], bias[[0, 5]])
+    assert len(removed["stem"]["units"]) == 4 and not {0, 5} & set(
+        removed["dense"]["units"]
+    )
+    np.testing.assert_array_equal(
+        model.get_layer("dense").bias.numpy()[[0, 5]], bias[[0, 5]]
+    )
     # fit copies EMA averages in at its end: removed entries stay 0.
     variables = model_lib.all_trainable_variables(pruned)
     for index, keep in model_lib.keep_masks(pruned).items():
@@ -124,8 +135,10 @@ def test_removed_units_are_exactly_zero_after_every_step(name, mode):
     # What was trained is what shrink keeps.
     small = pruning.shrink(pruned)
     np.testing.assert_allclose(
-        np.asarray(small(x, training=False)), np.asarray(pruned(x, training=False)),
-        rtol=1e-5, atol=1e-5,
+        np.asarray(small(x, training=False)),
+        np.asarray(pruned(x, training=False)),
+        rtol=1e-5,
+        atol=1e-5,
     )
     assert small.get_layer("stem").units == 4 and small.get_layer("dense").units == 3
 
@@ -140,7 +153,9 @@ def test_resuming_mid_schedule_gives_the_weights_of_an_uninterrupted_run(tmp_pat
         pruned = pruning.prune_units(
             residual_net(), pruning.PolynomialDecay(**schedule), importance="taylor"
         )
-        pruned.compile(optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.1), loss="mse")
+        pruned.compile(
+            optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.1), loss="mse"
+        )
         return pruned
 
     whole = start()
@@ -149,7 +164,9 @@ def test_resuming_mid_schedule_gives_the_weights_of_an_uninterrupted_run(tmp_pat
     first = start()
     first.fit(x[:20], y[:20], batch_size=4, shuffle=False, verbose=0)  # steps 1-5
     sums = mask_rules.get_rule(first).state_variables(first)
-    assert any(np.any(s.numpy() != 0) for s in sums.values())  # step 5, after the update in 4
+    assert any(
+        np.any(s.numpy() != 0) for s in sums.values()
+    )  # step 5, after the update in 4
     path = str(tmp_path / "half.keras")
     first.save(path)
     resumed = keras.saving.load_model(path)
@@ -157,7 +174,10 @@ def test_resuming_mid_schedule_gives_the_weights_of_an_uninterrupted_run(tmp_pat
 
     for a, b in zip(whole.get_weights(), resumed.get_weights()):
         np.testing.assert_array_equal(a, b)
-    assert pruning.unit_selection(resumed).removed() == pruning.unit_selection(whole).removed()
+    assert (
+        pruning.unit_selection(resumed).removed()
+        == pruning.unit_selection(whole).removed()
+    )
 
 
 def test_counts_per_group_follow_torch_pruning_with_round_to():
@@ -171,7 +191,9 @@ def test_counts_per_group_follow_torch_pruning_with_round_to():
                 kept = max(kept, round_to or 1) if kept < channels else kept
                 got = int(unit_choice.kept_count(channels, 1, ratio, round_to))
                 assert got == min(kept, channels), (channels, ratio, round_to)
-    assert int(unit_choice.kept_count(12, 1, 0.0, 8)) == 12  # nothing removed, no rounding
+    assert (
+        int(unit_choice.kept_count(12, 1, 0.0, 8)) == 12
+    )  # nothing removed, no rounding
     assert int(unit_choice.kept_count(64, 1, 0.99, None, min_units=3)) == 3
 
 
@@ -182,9 +204,15 @@ def test_round_to_min_units_and_global_pruning_in_select_units():
     model = models.functional(x, L.Dense(2, name="head")(h))
 
     local = pruning.select_units(model, 0.5, round_to=8)
-    assert {k: len(v["units"]) for k, v in local.removed().items()} == {"wide": 24, "narrow": 4}
+    assert {k: len(v["units"]) for k, v in local.removed().items()} == {
+        "wide": 24,
+        "narrow": 4,
+    }
     floor = pruning.select_units(model, 0.9, min_units=5)
-    assert {k: len(v["units"]) for k, v in floor.removed().items()} == {"wide": 35, "narrow": 7}
+    assert {k: len(v["units"]) for k, v in floor.removed().items()} == {
+        "wide": 35,
+        "narrow": 7,
+    }
 
     # Globally, half of all 52 units go, the least important first (scores
     # divided by their group's mean), and each group keeps at least one.
@@ -241,8 +269,15 @@ def test_taylor_importance_on_two_replicas_sums_the_global_batch(tmp_path):
         TF_CPP_MIN_LOG_LEVEL="2",
     )
     done = subprocess.run(
-        [sys.executable, os.path.join(HERE, "structured_distributed_run.py"), str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            os.path.join(HERE, "structured_distributed_run.py"),
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     with open(tmp_path / "taylor.json") as f:
@@ -263,7 +298,9 @@ def test_taylor_importance_on_two_replicas_sums_the_global_batch(tmp_path):
     for start in (0, 4, 8):
         batch = slice(start, start + 4)
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(keras.losses.mean_squared_error(y[batch], model(x[batch])))
+            loss = tf.reduce_mean(
+                keras.losses.mean_squared_error(y[batch], model(x[batch]))
+            )
         for key, v, g in zip(keys, variables, tape.gradient(loss, variables)):
             sums[key] += np.abs(v.numpy() * g.numpy())
     for key, total in result["sums"].items():
@@ -272,8 +309,13 @@ def test_taylor_importance_on_two_replicas_sums_the_global_batch(tmp_path):
 
 def test_a_sequential_model_prunes_in_fit_keeps_removed_units_out_and_shrinks():
     model = keras.Sequential(
-        [keras.Input((5,)), L.Dense(8, activation="relu", name="a"),
-         L.BatchNormalization(name="bn"), L.Dense(6, name="b"), L.Dense(3, name="head")]
+        [
+            keras.Input((5,)),
+            L.Dense(8, activation="relu", name="a"),
+            L.BatchNormalization(name="bn"),
+            L.Dense(6, name="b"),
+            L.Dense(3, name="head"),
+        ]
     )
 
     def noise(variable, value):  # another ranking at every update

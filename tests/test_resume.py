@@ -112,6 +112,8 @@ def test_pruned_runs_resume_bit_identical_keep_masks_included(tmp_path):
     # Head output 1 is frozen by its mask: never pruned, never moved; so only
     # output 0's 8 entries can go (the schedule asks for 12 of 16).
     initial = weights(dirs["full"] / "initial.npz")
-    np.testing.assert_array_equal(reference[head_kernel][:, 1], initial[head_kernel][:, 1])
+    np.testing.assert_array_equal(
+        reference[head_kernel][:, 1], initial[head_kernel][:, 1]
+    )
     assert not reference[head_keep][:, 0].any() and reference[head_keep][:, 1].all()
     assert (dirs["killed"] / "steps_resume.txt").read_text() == "8"

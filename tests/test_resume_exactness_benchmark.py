@@ -5,8 +5,15 @@ import pytest
 
 from benchmarks import resume_exactness_lib as lib
 
-TINY = dict(kills=3, save_freq=2, samples=8, batch=4, epochs=2, overhead_steps=4,
-            overhead_repeats=1)
+TINY = dict(
+    kills=3,
+    save_freq=2,
+    samples=8,
+    batch=4,
+    epochs=2,
+    overhead_steps=4,
+    overhead_repeats=1,
+)
 
 
 @pytest.mark.parametrize(
@@ -44,8 +51,13 @@ def test_overhead_and_table():
     assert set(overhead) == {"ms_per_step_none", "keras", "maskfit"}
     assert all(value > 0 for value in overhead.values())
     rows = [
-        dict(contender="maskfit_steps", exact=3, kills=3, median_max_abs_difference=0.0,
-             runs=[dict(steps_trained=4)] * 3),
+        dict(
+            contender="maskfit_steps",
+            exact=3,
+            kills=3,
+            median_max_abs_difference=0.0,
+            runs=[dict(steps_trained=4)] * 3,
+        ),
     ]
     table = lib.format_table(rows, config, overhead).splitlines()
     assert table[2] == "| maskfit_steps | 3 of 3 | 0 | 4 |"

@@ -2,9 +2,10 @@
 
 import math
 
-from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from maskfit import sparse
 

@@ -1,9 +1,10 @@
 """One drop-and-grow update: exact counts, the chosen entries, ties, frozen, modes."""
 
-from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from maskfit import sparse
 
@@ -246,7 +247,9 @@ def test_set_scores_differ_by_seed_step_and_key_and_look_uniform():
 def test_variable_key_is_the_crc32_of_the_key():
     import zlib
 
-    assert sparse.variable_key("dense/kernel") == zlib.crc32(b"dense/kernel") & 0x7FFFFFFF
+    assert (
+        sparse.variable_key("dense/kernel") == zlib.crc32(b"dense/kernel") & 0x7FFFFFFF
+    )
     with pytest.raises(TypeError, match="expects a variable's key"):
         sparse.variable_key(3)
 

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from maskfit import pruning
-from maskfit import sparse
+from maskfit import pruning, sparse
 
 
 def _mlp():
@@ -97,9 +96,10 @@ def test_allocate_refuses_a_model_without_prunable_weights_and_shared_names():
     bare = keras.Sequential([keras.Input((3,)), keras.layers.BatchNormalization()])
     with pytest.raises(ValueError, match="no prunable weights"):
         sparse.allocate(bare, 0.5)
-    inner = lambda: keras.Sequential(
-        [keras.Input((4,)), keras.layers.Dense(4, name="d")]
-    )  # noqa: E731
+
+    def inner():
+        return keras.Sequential([keras.Input((4,)), keras.layers.Dense(4, name="d")])
+
     inputs = keras.Input((4,))
     model = keras.Model(inputs, inner()(inner()(inputs)))
     with pytest.raises(
@@ -207,7 +207,9 @@ def _state(model, rule, seed=0):
     rng = np.random.default_rng(seed)
     out = []
     covered = rule.variables(model)
-    for variable, keep in zip(covered, rule.initial_keep_masks(covered, [None] * len(covered))):
+    for variable, keep in zip(
+        covered, rule.initial_keep_masks(covered, [None] * len(covered))
+    ):
         weights = rng.standard_normal(keep.shape).astype(np.float32) * keep
         out.append((variable, tf.constant(weights), tf.constant(keep)))
     return out
@@ -274,7 +276,7 @@ def test_set_grows_set_scores_and_is_the_same_in_every_mode(mode_name):
     keeps = update(tf.constant(200, tf.int64))
     idle = update(tf.constant(199, tf.int64))
     fraction = rule.schedule.drop_fraction_at(200)
-    for (variable, weights, keep), new, still, key in zip(state, keeps, idle, keys):
+    for (_variable, _weights, keep), new, still, key in zip(state, keeps, idle, keys):
         new = new.numpy()
         np.testing.assert_array_equal(still, keep)
         assert new.sum() == keep.numpy().sum()

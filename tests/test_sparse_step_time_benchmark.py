@@ -30,7 +30,9 @@ def test_run_writes_one_row_per_contender_against_static(tmp_path):
     by_name = {r["contender"]: r for r in rows}
     assert by_name["static"]["ratio_median"] == 1.0
     assert by_name["pruning"]["updates_per_round"] == 1
-    assert by_name["rigl"]["updates_per_round"] == by_name["set"]["updates_per_round"] == 1
+    assert (
+        by_name["rigl"]["updates_per_round"] == by_name["set"]["updates_per_round"] == 1
+    )
     assert by_name["static"]["updates_per_round"] == 0
     assert all(r["step_ms"] > 0 for r in rows)
     with open(tmp_path / "sparse_step_time.json") as f:

@@ -20,8 +20,7 @@ import tensorflow as tf
 
 import maskfit
 from maskfit import model as model_lib
-from maskfit import pruning
-from maskfit import sparse
+from maskfit import pruning, sparse
 from maskfit.optim import traits
 from maskfit.spec import rules
 
@@ -63,7 +62,9 @@ class Record(keras.callbacks.Callback):
         variables = model_lib.all_trainable_variables(model)
         keeps = model_lib.keep_masks(model)
         kernels = [layer.kernel for layer in self.layers]
-        positions = [next(i for i, v in enumerate(variables) if v is k) for k in kernels]
+        positions = [
+            next(i for i, v in enumerate(variables) if v is k) for k in kernels
+        ]
         state = [
             {_slot_name(s): s.numpy() for s in traits.state_of(model.optimizer, k)}
             for k in kernels
@@ -79,7 +80,7 @@ class Record(keras.callbacks.Callback):
 
 
 def _slot_name(slot):
-    """"momentum" (SGD's, Adam's first moment), "velocity" (Adam's second)."""
+    """ "momentum" (SGD's, Adam's first moment), "velocity" (Adam's second)."""
     return slot.path.rsplit("_", 1)[-1]
 
 
@@ -218,14 +219,22 @@ def test_sparse_training_composes_with_set_mask_pruning_and_summary():
     record = Record([first, body, head])
     x, y = data()
     model.fit(x, y, batch_size=8, shuffle=False, verbose=0, callbacks=[record])
-    for step, (keep_first, keep_body, keep_head), (k_first, k_body, k_head), _ in record.steps:
+    for _step, (keep_first, keep_body, keep_head), (
+        k_first,
+        k_body,
+        k_head,
+    ), _ in record.steps:
         # Frozen entries: kept, never moved, bit for bit.
         assert keep_body[frozen].all()
         np.testing.assert_array_equal(k_body[frozen], start[frozen])
         # The budget: 80% of first and body, frozen entries counted as kept.
         assert keep_first.sum() == 12 * 16 - int(0.8 * 12 * 16)
         assert keep_body.sum() == 16 * 16 - int(0.8 * 16 * 16)
-        for keep, kernel in ((keep_first, k_first), (keep_body, k_body), (keep_head, k_head)):
+        for keep, kernel in (
+            (keep_first, k_first),
+            (keep_body, k_body),
+            (keep_head, k_head),
+        ):
             np.testing.assert_array_equal(kernel[~keep], 0.0)
     assert record.steps[-1][1][2].sum() == 32  # pruning's 50% of head
     assert not np.array_equal(record.steps[0][1][1], record.steps[-1][1][1])
@@ -277,13 +286,19 @@ def test_save_mid_run_and_resume_bit_exact(tmp_path):
 
 
 def test_sparsify_converts_plain_models_and_refuses_bad_input():
-    plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(2)])
+    plain = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(2)]
+    )
     model = sparse.sparsify(plain, "set", 0.5, t_end=10)
     assert isinstance(model, maskfit.MaskedSequential)
     assert isinstance(rules.get_rule(model), sparse.SET)
-    with pytest.raises(ValueError, match=r"method must be one of \['rigl', 'set'\].*'snip'"):
+    with pytest.raises(
+        ValueError, match=r"method must be one of \['rigl', 'set'\].*'snip'"
+    ):
         sparse.sparsify(plain, "snip", 0.5, t_end=10)
-    with pytest.raises(ValueError, match=r"t_end must be a positive integer.*t_end=None"):
+    with pytest.raises(
+        ValueError, match=r"t_end must be a positive integer.*t_end=None"
+    ):
         sparse.sparsify(plain, "rigl", 0.5)
     with pytest.raises(TypeError, match="takes a keras.Model or a keras.layers.Layer"):
         sparse.sparsify([plain.layers[0]], "rigl", 0.5, t_end=10)
@@ -302,8 +317,12 @@ def test_rigl_with_factored_optimizer_state_is_one_clear_error():
 
 @pytest.mark.slow  # a worker process with 2 logical CPUs: ~12-30 s
 def test_replicas_of_a_mirrored_strategy_agree():
-    script = os.path.join(os.path.dirname(__file__), "scripts", "sparse_mirrored_run.py")
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    script = os.path.join(
+        os.path.dirname(__file__), "scripts", "sparse_mirrored_run.py"
+    )
+    env = dict(
+        os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
     done = subprocess.run(
         [sys.executable, script], capture_output=True, text=True, timeout=300, env=env
     )

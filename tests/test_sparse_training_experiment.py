@@ -18,14 +18,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import maskfit
 from experiments import sparse_training_report as report
 from experiments import sparse_training_train as train
-from experiments.sparse_training_lib import Config
-from experiments.sparse_training_lib import run
-import maskfit
+from experiments.sparse_training_lib import Config, run
 from maskfit import model as model_lib
-from maskfit import pruning
-from maskfit import sparse
+from maskfit import pruning, sparse
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -258,7 +256,9 @@ def test_set_and_rigl_start_from_the_static_mask_and_move_it_exactly(tiny):
             record = records[task, method, sparsity, 0]
             keeps = record["keeps"]
             # After step 1 (no update yet): the static arm's mask, layer by layer.
-            assert sorted(keeps[0]) == sorted(n for n, m in static.items() if m is not None)
+            assert sorted(keeps[0]) == sorted(
+                n for n, m in static.items() if m is not None
+            )
             for name, keep in keeps[0].items():
                 np.testing.assert_array_equal(keep, static[name])
             # RigL moves after steps 4, 8, ... until t_end = 18; SET at the
@@ -282,8 +282,10 @@ def test_set_and_rigl_start_from_the_static_mask_and_move_it_exactly(tiny):
             for r in metrics["results"]
             if r["task"] == task and r["sparsity"] == sparsity
         }
-        assert found["set"]["allocated"] == found["rigl"]["allocated"] == (
-            found["static"]["allocated"]
+        assert (
+            found["set"]["allocated"]
+            == found["rigl"]["allocated"]
+            == (found["static"]["allocated"])
         )
 
 

@@ -3,7 +3,8 @@
 import keras
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import maskfit
 from maskfit.spec import declare

@@ -5,10 +5,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-
-import maskfit
 from keras_versions import param_if_shipped
 from test_exactness import OPTIMIZERS
+
+import maskfit
 
 RATES = {"a": 0.1, "b": 0.5, "c": 3.0, "d": 1.0, "e": 0.0}
 LEARNING_RATE = 0.02
@@ -160,7 +160,9 @@ def test_gradual_unfreezing_0_then_a_tenth_then_1_in_one_trace():
             kernels.append(layers["a"].kernel.numpy())
 
     first = layers["a"].kernel.numpy()
-    model.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0, callbacks=[Record()])
+    model.fit(
+        x, y, batch_size=8, epochs=3, shuffle=False, verbose=0, callbacks=[Record()]
+    )
     np.testing.assert_array_equal(kernels[5], first)  # frozen for steps 0-5
     slow = np.abs(kernels[11] - kernels[5]).mean()
     fast = np.abs(kernels[17] - kernels[11]).mean()

@@ -13,12 +13,10 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks import shrunk_latency_lib
-from benchmarks import structured_lib
-from experiments import model_cost
+from benchmarks import shrunk_latency_lib, structured_lib
+from experiments import model_cost, structured_train
 from experiments import structured_models as sm
 from experiments import structured_widths as widths
-from experiments import structured_train
 
 _HAS_TORCH = (
     importlib.util.find_spec("torch") is not None
@@ -86,7 +84,8 @@ def test_structured_benchmark_runs_tiny_with_the_keras_arm_alone(tmp_path):
     results = structured_lib.run(_STRUCTURED, str(tmp_path))
     runs = results["runs"]
     assert sorted((r["architecture"], r["fraction"]) for r in runs) == [
-        ("mlp", 0.0), ("resnet", 0.0)
+        ("mlp", 0.0),
+        ("resnet", 0.0),
     ]
     for run in runs:
         assert run["framework"] == "keras" and 0 <= run["test_accuracy"] <= 1
@@ -128,7 +127,9 @@ def test_default_arms_are_maskfit_and_torch_pruning_where_installed():
 
 
 def test_bad_configs_name_what_is_available():
-    with pytest.raises(ValueError, match=r"expected some of \['keras', 'maskfit', 'torch'\]"):
+    with pytest.raises(
+        ValueError, match=r"expected some of \['keras', 'maskfit', 'torch'\]"
+    ):
         structured_lib.Config(frameworks=("tfmot",))
     with pytest.raises(ValueError, match=r"Received: fractions=\(0.5, 1.0\)"):
         structured_lib.Config(fractions=(0.5, 1.0))
@@ -182,14 +183,15 @@ def test_both_frameworks_compute_the_same_network_from_the_same_weights(arch):
     x = np.random.default_rng(0).standard_normal((5, arch.features)).astype(np.float32)
     keras_out = sm.keras_model(arch, seed=7)(x, training=False).numpy()
     torch_out = torch_models.torch_model(arch, seed=7).eval()(torch.from_numpy(x))
-    np.testing.assert_allclose(torch_out.detach().numpy(), keras_out, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        torch_out.detach().numpy(), keras_out, rtol=1e-4, atol=1e-5
+    )
 
 
 @requires_torch
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_both_frameworks_take_the_same_training_steps(optimizer):
-    from benchmarks import torch_models
-    from benchmarks import torch_train
+    from benchmarks import torch_models, torch_train
 
     arch = sm.MLP(16, hidden=(12,))
     rng = np.random.default_rng(0)
@@ -201,7 +203,9 @@ def test_both_frameworks_take_the_same_training_steps(optimizer):
             "y_train": rng.integers(0, 10, 40).astype(np.int32),
         },
     )
-    budget = structured_train.Budget(optimizer=optimizer, learning_rate=0.01, batch_size=8)
+    budget = structured_train.Budget(
+        optimizer=optimizer, learning_rate=0.01, batch_size=8
+    )
     model = structured_train.compile_keras(sm.keras_model(arch, seed=1), budget)
     structured_train.keras_fit(model, data, budget, seed=3, first_epoch=0, last_epoch=2)
     net = torch_models.torch_model(arch, seed=1)
@@ -221,12 +225,14 @@ def test_both_frameworks_take_the_same_training_steps(optimizer):
 
 @requires_torch
 def test_torch_pruning_arm_runs_tiny_and_leaves_the_widths_of_the_rule(tmp_path):
-    config = dataclasses.replace(_STRUCTURED, frameworks=("torch", "keras"), seeds=(0, 1))
+    config = dataclasses.replace(
+        _STRUCTURED, frameworks=("torch", "keras"), seeds=(0, 1)
+    )
     results = structured_lib.run(config, str(tmp_path))
     torch_runs = [r for r in results["runs"] if r["framework"] == "torch"]
-    assert sorted((r["architecture"], r["fraction"], r["seed"]) for r in torch_runs) == [
-        (a, f, s) for a in ("mlp", "resnet") for f in (0.0, 0.5) for s in (0, 1)
-    ]
+    assert sorted(
+        (r["architecture"], r["fraction"], r["seed"]) for r in torch_runs
+    ) == [(a, f, s) for a in ("mlp", "resnet") for f in (0.0, 0.5) for s in (0, 1)]
     for run in torch_runs:
         assert run["follows_width_rule"]
         arch = config.architecture(run["architecture"], "digits")
@@ -236,7 +242,10 @@ def test_torch_pruning_arm_runs_tiny_and_leaves_the_widths_of_the_rule(tmp_path)
             assert run["prune_seconds"] > 0
         # Torch-Pruning's counts of what it left are the Keras counts of the rule's shapes.
         assert (run["params"], run["macs"]) == model_cost.count(sm.keras_model(arch))
-    rows = {(r["architecture"], r["framework"], r["fraction"]): r for r in results["summary"]}
+    rows = {
+        (r["architecture"], r["framework"], r["fraction"]): r
+        for r in results["summary"]
+    }
     assert rows["mlp", "torch", 0.5]["params_removed"] > 0.5
     assert rows["resnet", "torch", 0.5]["latency_ratio_b1"] > 0
     table = (tmp_path / "structured_vs_torch_pruning.md").read_text()

@@ -13,13 +13,15 @@ import numpy as np
 import pytest
 
 import maskfit
-from experiments import model_cost
+from experiments import (
+    model_cost,
+    structured_schedule,
+    structured_train,
+    structured_widths,
+)
 from experiments import structured_models as sm
 from experiments import structured_pruning_lib as lib
 from experiments import structured_pruning_report as report
-from experiments import structured_schedule
-from experiments import structured_train
-from experiments import structured_widths
 
 _TINY = lib.Config(
     datasets=("digits",),
@@ -52,10 +54,14 @@ def test_runs_tiny_end_to_end_and_shrinks_to_the_width_rule(tmp_path):
         arch = _TINY.architecture(kind, "digits")
         rows = [r for r in metrics["summary"] if r["architecture"] == kind]
         assert [r["fraction"] for r in rows] == [0.0, 0.5]
-        assert (rows[0]["params"], rows[0]["macs"]) == model_cost.count(sm.keras_model(arch))
+        assert (rows[0]["params"], rows[0]["macs"]) == model_cost.count(
+            sm.keras_model(arch)
+        )
         for row in rows[1:]:
             shrunk = structured_widths.shrunk(arch, row["fraction"], _TINY.round_to)
-            assert (row["params"], row["macs"]) == model_cost.count(sm.keras_model(shrunk))
+            assert (row["params"], row["macs"]) == model_cost.count(
+                sm.keras_model(shrunk)
+            )
             assert row["follows_width_rule"]
             assert set(row["latency"]) == {"1", "4"}
     for run in metrics["runs"]:
@@ -66,9 +72,13 @@ def test_runs_tiny_end_to_end_and_shrinks_to_the_width_rule(tmp_path):
 
 
 def test_schedule_prunes_at_the_torch_pruning_arms_steps_to_its_fractions():
-    budget = structured_train.Budget(batch_size=10, epochs=3, prune_epochs=2, prune_steps=3)
+    budget = structured_train.Budget(
+        batch_size=10, epochs=3, prune_epochs=2, prune_steps=3
+    )
     schedule = structured_schedule.budget_schedule(100, budget, 0.75)
-    torch_steps = structured_train.pruning_steps(100, budget)  # 0-based, before the update
+    torch_steps = structured_train.pruning_steps(
+        100, budget
+    )  # 0-based, before the update
     assert maskfit.pruning.pruning_steps(schedule, 0, 200) == [
         (step + 1, float(np.float32(0.75 * k / 3)))
         for k, step in zip((1, 2, 3), torch_steps)

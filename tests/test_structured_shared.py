@@ -7,25 +7,30 @@ and experiments.structured_train. None of them needs torch.
 """
 
 import hypothesis
-from hypothesis import strategies as st
 import keras
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
-from experiments import latency
-from experiments import model_cost
+from experiments import latency, model_cost, structured_train
 from experiments import structured_models as sm
 from experiments import structured_widths as widths
-from experiments import structured_train
 
 # --- structured_models ---------------------------------------------------
 
 
 def test_mlp_layers_are_named_and_sized_as_declared():
     model = sm.keras_model(sm.MLP(64, hidden=(32, 16)), seed=0)
-    assert [layer.name for layer in model.layers] == ["input", "dense_1", "dense_2", "logits"]
+    assert [layer.name for layer in model.layers] == [
+        "input",
+        "dense_1",
+        "dense_2",
+        "logits",
+    ]
     assert [tuple(layer.kernel.shape) for layer in model.layers[1:]] == [
-        (64, 32), (32, 16), (16, 10)
+        (64, 32),
+        (32, 16),
+        (16, 10),
     ]
     assert model.get_layer("dense_1").activation is keras.activations.relu
     assert model.get_layer("logits").activation is keras.activations.linear
@@ -79,7 +84,9 @@ def test_initial_weights_are_glorot_uniform_and_depend_only_on_the_seed():
     fraction=st.floats(0.0, 0.99),
     round_to=st.sampled_from([1, 2, 4, 8, 16]),
 )
-def test_pruned_width_keeps_at_most_the_fraction_rounded_down(width, fraction, round_to):
+def test_pruned_width_keeps_at_most_the_fraction_rounded_down(
+    width, fraction, round_to
+):
     kept = widths.pruned_width(width, fraction, round_to)
     assert kept % round_to == 0 and 0 <= kept <= width * (1 - fraction)
     assert kept > width * (1 - fraction) - round_to - 1
@@ -146,7 +153,9 @@ def test_a_layer_without_a_counting_rule_is_named():
     model = keras.Sequential(
         [keras.Input((4, 4, 1)), keras.layers.MaxPooling2D(name="pooling")]
     )
-    with pytest.raises(ValueError, match=r"'pooling' of type MaxPooling2D has no counting"):
+    with pytest.raises(
+        ValueError, match=r"'pooling' of type MaxPooling2D has no counting"
+    ):
         model_cost.count(model)
     tanh = keras.Sequential(
         [keras.Input((4,)), keras.layers.Dense(2, activation="tanh", name="d")]
@@ -181,7 +190,9 @@ def test_interleaved_rotates_the_order_and_summarize_pairs_rounds():
     assert set(cpu) == set(wall)
     starts = [order[i] for i in range(0, len(order), 6)]
     assert starts == ["a", "b", "c", "a"]
-    summary = latency.summarize({"dense": [2.0, 4.0, 2.0], "shrunk": [1.0, 1.0, 1.5]}, "dense")
+    summary = latency.summarize(
+        {"dense": [2.0, 4.0, 2.0], "shrunk": [1.0, 1.0, 1.5]}, "dense"
+    )
     assert summary["dense"]["ratio"]["median"] == 1.0
     assert summary["shrunk"]["ratio"]["median"] == 0.5
     assert summary["shrunk"]["ratio_of_minima"] == 0.5
@@ -215,7 +226,7 @@ def test_batches_are_one_fresh_permutation_per_epoch_and_the_same_every_time():
     every = structured_train.batches(10, budget, seed=1, first_epoch=0, last_epoch=3)
     assert every.shape == (6, 4)
     for epoch in range(3):
-        rows = every[2 * epoch: 2 * epoch + 2].ravel()
+        rows = every[2 * epoch : 2 * epoch + 2].ravel()
         assert len(set(rows)) == 8 and set(rows) <= set(range(10))
     later = structured_train.batches(10, budget, seed=1, first_epoch=1, last_epoch=3)
     np.testing.assert_array_equal(later, every[2:])
@@ -226,7 +237,9 @@ def test_batches_are_one_fresh_permutation_per_epoch_and_the_same_every_time():
 
 
 def test_pruning_steps_spread_over_the_pruning_epochs():
-    budget = structured_train.Budget(batch_size=10, epochs=2, prune_epochs=2, prune_steps=3)
+    budget = structured_train.Budget(
+        batch_size=10, epochs=2, prune_epochs=2, prune_steps=3
+    )
     # 5 steps per epoch: pruning from step 10 over 10 steps.
     assert structured_train.pruning_steps(50, budget) == [10, 13, 16]
     assert budget.total_epochs == 2 + 2 + 10
@@ -272,4 +285,6 @@ def test_keras_fit_trains_on_the_batches_in_order():
         for i, g in enumerate(grads):
             velocity[i] = 0.9 * velocity[i] - 0.1 * g
         kernel, bias = kernel + velocity[0], bias + velocity[1]
-    np.testing.assert_allclose(model.layers[0].kernel.numpy(), kernel, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        model.layers[0].kernel.numpy(), kernel, rtol=1e-4, atol=1e-5
+    )

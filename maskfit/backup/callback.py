@@ -7,12 +7,11 @@ import warnings
 import keras
 import tensorflow as tf
 
-from maskfit.backup import files
-from maskfit.backup import input_order
+from maskfit.backup import files, input_order, state
 from maskfit.internals import data as internals
-from maskfit.backup import state
 
 __all__ = ["ExactBackupAndRestore"]
+
 
 class _Resume:
     """What a restored backup still has to do in the resumed `fit`."""
@@ -312,7 +311,9 @@ def _checked_arguments(backup_dir, save_freq, double_checkpoint, delete_checkpoi
         ("delete_checkpoint", delete_checkpoint),
     ):
         if not isinstance(value, bool):
-            raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+            raise ValueError(
+                f"`{name}` must be True or False. Received: {name}={value!r}"
+            )
     return backup_dir
 
 

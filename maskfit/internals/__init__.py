@@ -17,32 +17,34 @@ member's name when a Keras or TensorFlow release removes one. No other maskfit
 module names a private member.
 """
 
-from maskfit.internals import data
-from maskfit.internals import models
-from maskfit.internals import optimizers
-from maskfit.internals.models import attention_output_dense
-from maskfit.internals.models import call_has_training_arg
-from maskfit.internals.models import compute_loss
-from maskfit.internals.models import conv_lstm_cell_class
-from maskfit.internals.models import defining_class
-from maskfit.internals.models import functional_class
-from maskfit.internals.models import loss_tracker
-from maskfit.internals.models import merge_call
-from maskfit.internals.models import set_method
-from maskfit.internals.models import set_untracked
-from maskfit.internals.models import sublayers
-from maskfit.internals.models import tracing_for_xla
-from maskfit.internals.models import unscale_loss_for_distribution
-from maskfit.internals.optimizers import OptimizerStructure
-from maskfit.internals.optimizers import ema_averages_by_variable
-from maskfit.internals.optimizers import hook_current_learning_rate
-from maskfit.internals.optimizers import hook_weight_decay
-from maskfit.internals.optimizers import optimizer_built_variables
-from maskfit.internals.optimizers import optimizer_state
-from maskfit.internals.optimizers import optimizers_within
-from maskfit.internals.optimizers import reset_optimizer
-from maskfit.internals.optimizers import variable_key
-from maskfit.internals.optimizers import weight_decay_owner
+from maskfit.internals import data, models, optimizers
+from maskfit.internals.models import (
+    attention_output_dense,
+    call_has_training_arg,
+    compute_loss,
+    conv_lstm_cell_class,
+    defining_class,
+    functional_class,
+    loss_tracker,
+    merge_call,
+    set_method,
+    set_untracked,
+    sublayers,
+    tracing_for_xla,
+    unscale_loss_for_distribution,
+)
+from maskfit.internals.optimizers import (
+    OptimizerStructure,
+    ema_averages_by_variable,
+    hook_current_learning_rate,
+    hook_weight_decay,
+    optimizer_built_variables,
+    optimizer_state,
+    optimizers_within,
+    reset_optimizer,
+    variable_key,
+    weight_decay_owner,
+)
 
 __all__ = [
     "PRIVATE_MEMBERS",

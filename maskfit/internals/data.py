@@ -219,7 +219,9 @@ def _object_ops(dataset):
         attrs = {"rerandomize_each_iteration": bool(dataset._rerandomize)}
         found.append(DatasetOp("RandomDataset", attrs, _object_seeds(dataset)))
     if getattr(dataset, "_deterministic", None) in ("false", False):
-        found.append(DatasetOp(type(dataset).__name__, {"deterministic": "false"}, None))
+        found.append(
+            DatasetOp(type(dataset).__name__, {"deterministic": "false"}, None)
+        )
     return found
 
 

@@ -13,72 +13,72 @@ import tensorflow as tf
 # (where, member, what it is for).
 PRIVATE_MEMBERS = (
     (
-            "keras.layers.Layer",
-            "_flatten_layers",
-            "every layer nested in a model or layer (masks and pruning rules are"
-            " declared on layers anywhere in it; an RNN's cell, a wrapper's layer);"
-            " Keras has no public recursive walk (`model.layers`"
-            " lists direct children of functional and Sequential models only).",
-        ),
+        "keras.layers.Layer",
+        "_flatten_layers",
+        "every layer nested in a model or layer (masks and pruning rules are"
+        " declared on layers anywhere in it; an RNN's cell, a wrapper's layer);"
+        " Keras has no public recursive walk (`model.layers`"
+        " lists direct children of functional and Sequential models only).",
+    ),
     (
-            "keras.layers.GroupQueryAttention",
-            "_output_dense",
-            "its output projection, whose columns belong to output units;"
-            " MultiHeadAttention exposes `output_dense`, GroupQueryAttention not.",
-        ),
+        "keras.layers.GroupQueryAttention",
+        "_output_dense",
+        "its output projection, whose columns belong to output units;"
+        " MultiHeadAttention exposes `output_dense`, GroupQueryAttention not.",
+    ),
     (
-            "keras.src.models.functional",
-            "Functional",
-            "the functional model class, which Keras exports only through"
-            " keras.src: `MaskedModel(inputs, outputs)` mixes it in without"
-            " rewriting any class's bases.",
-        ),
+        "keras.src.models.functional",
+        "Functional",
+        "the functional model class, which Keras exports only through"
+        " keras.src: `MaskedModel(inputs, outputs)` mixes it in without"
+        " rewriting any class's bases.",
+    ),
     (
-            "keras.Model",
-            "_call_has_training_arg",
-            "whether `call` takes `training`: the stock train_step passes it only"
-            " then; no public property says so.",
-        ),
+        "keras.Model",
+        "_call_has_training_arg",
+        "whether `call` takes `training`: the stock train_step passes it only"
+        " then; no public property says so.",
+    ),
     (
-            "keras.Model",
-            "_compute_loss",
-            "Keras's wrapper that calls a `compute_loss` override with or without"
-            " the `training` argument (added in Keras 3.3); train_step must call"
-            " it to support both kinds of override.",
-        ),
+        "keras.Model",
+        "_compute_loss",
+        "Keras's wrapper that calls a `compute_loss` override with or without"
+        " the `training` argument (added in Keras 3.3); train_step must call"
+        " it to support both kinds of override.",
+    ),
     (
-            "keras.Model",
-            "_loss_tracker",
-            "the `loss` metric the stock train_step updates; public `metrics`"
-            " lists it only once the model has been trained or evaluated.",
-        ),
+        "keras.Model",
+        "_loss_tracker",
+        "the `loss` metric the stock train_step updates; public `metrics`"
+        " lists it only once the model has been trained or evaluated.",
+    ),
     (
-            "tf.__internal__.distribute.interim",
-            "maybe_merge_call",
-            "runs the restore of frozen entries once per variable in cross-replica"
-            " context (under a strategy) or directly (without one), as Keras's own"
-            " optimizer does; `tf.distribute.get_replica_context().merge_call`"
-            " alone fails outside a strategy.",
-        ),
+        "tf.__internal__.distribute.interim",
+        "maybe_merge_call",
+        "runs the restore of frozen entries once per variable in cross-replica"
+        " context (under a strategy) or directly (without one), as Keras's own"
+        " optimizer does; `tf.distribute.get_replica_context().merge_call`"
+        " alone fails outside a strategy.",
+    ),
     (
-            "keras.src.losses.loss",
-            "unscale_loss_for_distribution",
-            "undoes the division by the number of replicas before the loss is"
-            " tracked, as the stock train_step does.",
-        ),
+        "keras.src.losses.loss",
+        "unscale_loss_for_distribution",
+        "undoes the division by the number of replicas before the loss is"
+        " tracked, as the stock train_step does.",
+    ),
     (
-            "tensorflow.python.ops.control_flow_util",
-            "GraphOrParentsInXlaContext",
-            "whether ops are being traced for XLA (`jit_compile=True`), where"
-            " `top_k` needs a static k: magnitude pruning then sorts every entry,"
-            " and takes only the kept ones otherwise; no public API tells.",
-        ),
+        "tensorflow.python.ops.control_flow_util",
+        "GraphOrParentsInXlaContext",
+        "whether ops are being traced for XLA (`jit_compile=True`), where"
+        " `top_k` needs a static k: magnitude pruning then sorts every entry,"
+        " and takes only the kept ones otherwise; no public API tells.",
+    ),
     (
-            "keras.src.layers.rnn.conv_lstm",
-            "ConvLSTMCell",
-            "the class of `ConvLSTM1D/2D/3D(...).cell`, which Keras does not"
-            " export: the pruning registry names its prunable kernels.",
-        ),
+        "keras.src.layers.rnn.conv_lstm",
+        "ConvLSTMCell",
+        "the class of `ConvLSTM1D/2D/3D(...).cell`, which Keras does not"
+        " export: the pruning registry names its prunable kernels.",
+    ),
 )
 
 

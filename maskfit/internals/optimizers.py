@@ -7,71 +7,70 @@ Checked on Keras 3.10.0 with TF 2.16.2 and on Keras 3.15.1 with TF 2.21.0.
 
 import keras
 
-from maskfit.internals.models import defining_class
-from maskfit.internals.models import set_method
+from maskfit.internals.models import defining_class, set_method
 
 # (where, member, what it is for).
 PRIVATE_MEMBERS = (
     (
-            "keras.optimizers.Optimizer",
-            "_trainable_variables",
-            "the variables an optimizer was built for: MaskedModel builds it for"
-            " the learnable ones only, and rebuilds it when that set changes; no"
-            " public property lists them.",
-        ),
+        "keras.optimizers.Optimizer",
+        "_trainable_variables",
+        "the variables an optimizer was built for: MaskedModel builds it for"
+        " the learnable ones only, and rebuilds it when that set changes; no"
+        " public property lists them.",
+    ),
     (
-            "keras.optimizers.Optimizer",
-            "_variables",
-            "the optimizer's own variable list, emptied of its slots to rebuild it"
-            " in place (Keras optimizers cannot be built twice).",
-        ),
+        "keras.optimizers.Optimizer",
+        "_variables",
+        "the optimizer's own variable list, emptied of its slots to rebuild it"
+        " in place (Keras optimizers cannot be built twice).",
+    ),
     (
-            "keras.optimizers.Optimizer",
-            "_trainable_variables_indices",
-            "the optimizer's variable-to-slot index, reset with `_variables`.",
-        ),
+        "keras.optimizers.Optimizer",
+        "_trainable_variables_indices",
+        "the optimizer's variable-to-slot index, reset with `_variables`.",
+    ),
     (
-            "keras.optimizers.Optimizer",
-            "_iterations",
-            "the step counter variable itself: `iterations` divides it by"
-            " `gradient_accumulation_steps`; rebuilding an optimizer keeps it.",
-        ),
+        "keras.optimizers.Optimizer",
+        "_iterations",
+        "the step counter variable itself: `iterations` divides it by"
+        " `gradient_accumulation_steps`; rebuilding an optimizer keeps it.",
+    ),
     (
-            "keras.optimizers.Optimizer",
-            "_learning_rate",
-            "the learning-rate variable (absent for a schedule): rebuilding an"
-            " optimizer keeps it, and it is not a per-variable slot.",
-        ),
+        "keras.optimizers.Optimizer",
+        "_learning_rate",
+        "the learning-rate variable (absent for a schedule): rebuilding an"
+        " optimizer keeps it, and it is not a per-variable slot.",
+    ),
     (
-            "keras.optimizers.Optimizer",
-            "_var_key",
-            "the key an optimizer files a variable under: the same for a Keras"
-            " variable, its tf.Variable and, under a strategy, each replica's"
-            " component, which is what `update_step` is handed (learning-rate"
-            " multipliers are looked up by it).",
-        ),
+        "keras.optimizers.Optimizer",
+        "_var_key",
+        "the key an optimizer files a variable under: the same for a Keras"
+        " variable, its tf.Variable and, under a strategy, each replica's"
+        " component, which is what `update_step` is handed (learning-rate"
+        " multipliers are looked up by it).",
+    ),
     (
-            "keras.optimizers.Optimizer",
-            "_apply_weight_decay",
-            "the decoupled weight decay, run on all variables before any"
-            " `update_step`; hooked per instance (for one traced update) so that"
-            " each variable with a learning-rate multiplier decays alone, at its"
-            " learning rate x m.",
-        ),
+        "keras.optimizers.Optimizer",
+        "_apply_weight_decay",
+        "the decoupled weight decay, run on all variables before any"
+        " `update_step`; hooked per instance (for one traced update) so that"
+        " each variable with a learning-rate multiplier decays alone, at its"
+        " learning rate x m.",
+    ),
     (
-            "keras.optimizers.Optimizer",
-            "_get_current_learning_rate",
-            "what the public `learning_rate` property returns (a property cannot"
-            " be overridden on an instance): hooked likewise, so that a scaled"
-            " variable's weight decay reads learning_rate x m.",
-        ),
+        "keras.optimizers.Optimizer",
+        "_get_current_learning_rate",
+        "what the public `learning_rate` property returns (a property cannot"
+        " be overridden on an instance): hooked likewise, so that a scaled"
+        " variable's weight decay reads learning_rate x m.",
+    ),
     (
-            "keras.optimizers.Optimizer",
-            "_model_variables_moving_average",
-            "the EMA averages, aligned with `_trainable_variables`: a frozen"
-            " entry's average is pinned so that `finalize_variable_values` cannot"
-            " move it, and a newly learnable variable's average starts at its value.",
-        ),
+        "keras.optimizers.Optimizer",
+        "_model_variables_moving_average",
+        "the EMA averages, aligned with `_trainable_variables`: a frozen"
+        " entry's average is pinned so that `finalize_variable_values` cannot"
+        " move it, and a newly learnable variable's average starts at its value.",
+    ),
 )
 
 

@@ -6,12 +6,9 @@
 - `classes`: `MaskedModel` and `MaskedSequential`.
 """
 
-from maskfit.model.classes import MaskedModel
-from maskfit.model.classes import MaskedSequential
+from maskfit.model.classes import MaskedModel, MaskedSequential
 from maskfit.model.persistence import _unpickle  # noqa: F401 (pickles of 0.1.0 name it)
-from maskfit.model.training import all_trainable_variables
-from maskfit.model.training import keep_masks
-from maskfit.model.training import masker_of
+from maskfit.model.training import all_trainable_variables, keep_masks, masker_of
 
 __all__ = [
     "MaskedModel",

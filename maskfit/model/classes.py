@@ -3,8 +3,7 @@
 import keras
 
 from maskfit import internals
-from maskfit.model import persistence
-from maskfit.model import training
+from maskfit.model import persistence, training
 
 __all__ = ["MaskedModel", "MaskedSequential"]
 
@@ -59,7 +58,9 @@ class MaskedModel(training.MaskedTraining, persistence.MaskedPersistence, keras.
             # here as a plain instance).
             functional = internals.functional_class()
             if not isinstance(self, functional):
-                internals.set_untracked(self, "__class__", _functional_variant(type(self)))
+                internals.set_untracked(
+                    self, "__class__", _functional_variant(type(self))
+                )
             functional.__init__(self, *args, **kwargs)
         else:
             super().__init__(*args, **kwargs)

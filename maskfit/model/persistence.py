@@ -26,10 +26,10 @@ import keras
 import numpy as np
 
 from maskfit import paths
+from maskfit.model import training
 from maskfit.optim import rebuild
 from maskfit.spec import config as config_lib
 from maskfit.spec import rules as rules_lib
-from maskfit.model import training
 
 __all__ = ["MaskedPersistence"]
 
@@ -50,7 +50,7 @@ def _encode(key):
 
 
 def _decode(entry):
-    return urllib.parse.unquote(entry[len(_KEEP_PREFIX):])
+    return urllib.parse.unquote(entry[len(_KEEP_PREFIX) :])
 
 
 def _encode_state(path, name):
@@ -59,7 +59,7 @@ def _encode_state(path, name):
 
 
 def _decode_state(entry):
-    path, name = entry[len(_STATE_PREFIX):].split(":")
+    path, name = entry[len(_STATE_PREFIX) :].split(":")
     return urllib.parse.unquote(path), urllib.parse.unquote(name)
 
 
@@ -164,7 +164,9 @@ class MaskedPersistence:
                     " model of the same structure."
                 )
             shape = tuple(variable.shape)
-            unpacked = np.unpackbits(np.asarray(bits, np.uint8), count=int(np.prod(shape)))
+            unpacked = np.unpackbits(
+                np.asarray(bits, np.uint8), count=int(np.prod(shape))
+            )
             values[key] = unpacked.astype(bool).reshape(shape)
         lifecycle = self._maskfit_lifecycle()
         lifecycle.pending_keeps = {**lifecycle.pending_keeps, **values}
@@ -234,7 +236,7 @@ class MaskedPersistence:
 
 def _legacy_key(model, keys, entry):
     """The key of the variable a 0.1.0 entry `maskfit_keep_<position>` names."""
-    index = int(entry[len(_LEGACY_KEEP_PREFIX):])
+    index = int(entry[len(_LEGACY_KEEP_PREFIX) :])
     if index >= len(keys):
         raise ValueError(
             f"The weights being loaded hold a pruning keep mask for trainable"

@@ -6,8 +6,7 @@ import warnings
 import keras
 import tensorflow as tf
 
-from maskfit import internals
-from maskfit import paths
+from maskfit import internals, paths
 from maskfit.step import lifecycle as lifecycle_lib
 
 __all__ = ["MaskedTraining", "all_trainable_variables", "keep_masks", "masker_of"]
@@ -72,7 +71,9 @@ class MaskedTraining:
             gradients = masker.spread(tape.gradient(loss, masker.active(variables)))
             self._masked_update(masker, gradients, variables)
         else:
-            warnings.warn("The model does not have any trainable weights.")
+            warnings.warn(
+                "The model does not have any trainable weights.", stacklevel=2
+            )
 
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
@@ -152,7 +153,9 @@ class MaskedTraining:
         if lifecycle is None:
             keras_make = functools.partial(super().make_train_function)
             own = internals.defining_class(type(self), "train_step") is MaskedTraining
-            lifecycle = lifecycle_lib.StepLifecycle(self, keras_make, own_train_step=own)
+            lifecycle = lifecycle_lib.StepLifecycle(
+                self, keras_make, own_train_step=own
+            )
             internals.set_untracked(self, _LIFECYCLE_ATTR, lifecycle)
         return lifecycle
 

@@ -107,6 +107,7 @@ KERAS_OPTIMIZERS = {
     ),
 }
 
+
 def _keras_class_name(cls):
     """The name of `cls` in `keras.optimizers` if it is that very class, else None."""
     name = cls.__name__

@@ -30,10 +30,10 @@ import tensorflow as tf
 
 from maskfit import internals
 from maskfit.optim import rate_modes
-from maskfit.optim.rate_modes import LEARNING_RATE
-from maskfit.optim.rate_modes import STEP
+from maskfit.optim.rate_modes import LEARNING_RATE, STEP
 
 __all__ = ["LEARNING_RATE", "STEP", "scale_step", "scaled_learning_rates"]
+
 
 def scale_step(old, updated, multiplier):
     """Returns `old + multiplier * (updated - old)`: `updated` where it is 1, `old` where 0.
@@ -68,7 +68,8 @@ def _multiplier_tensor(multiplier, variable, gradient=None, positive=False):
     try:
         fits = m.shape.rank is None or (
             m.shape.rank <= len(shape)
-            and tuple(tf.broadcast_static_shape(m.shape, tf.TensorShape(shape))) == shape
+            and tuple(tf.broadcast_static_shape(m.shape, tf.TensorShape(shape)))
+            == shape
         )
     except ValueError:
         fits = False
@@ -126,16 +127,16 @@ class _Scaling:
         self.table = table
         self.mode = rate_modes.multiplier_mode(optimizer)
         rates = rate_modes.keras_rates(optimizer)
-        self.divides = rates is not None and rates.divides and self.mode == LEARNING_RATE
+        self.divides = (
+            rates is not None and rates.divides and self.mode == LEARNING_RATE
+        )
         self.threads = set()
         self.decaying = None  # (multiplier, variable) of the decay being applied
         self._original_update_step = optimizer.update_step
         self._undo = [
             internals.set_method(optimizer, "update_step", self.update_step),
             internals.hook_weight_decay(optimizer, self.apply_weight_decay),
-            internals.hook_current_learning_rate(
-                optimizer, self.current_learning_rate
-            ),
+            internals.hook_current_learning_rate(optimizer, self.current_learning_rate),
         ]
 
     def remove(self):

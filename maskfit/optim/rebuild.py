@@ -66,11 +66,17 @@ def rebuild(optimizer, variables, fresh=()):
         restart(optimizer, [v for v in variables if id(v) in fresh_ids])
         return False
     kept = {id(v) for v in before} - fresh_ids
-    old = [internals.optimizer_state(each) for each in internals.optimizers_within(optimizer)]
+    old = [
+        internals.optimizer_state(each)
+        for each in internals.optimizers_within(optimizer)
+    ]
     snapshot = internals.OptimizerStructure(optimizer)
     internals.reset_optimizer(optimizer)
     optimizer.build(variables)
-    new = [internals.optimizer_state(each) for each in internals.optimizers_within(optimizer)]
+    new = [
+        internals.optimizer_state(each)
+        for each in internals.optimizers_within(optimizer)
+    ]
     if len(new) != len(old) or any(
         [tuple(v.shape) for v in o[1]] != [tuple(v.shape) for v in n[1]]
         for o, n in zip(old, new)
@@ -120,4 +126,6 @@ def _start_new_averages(optimizer, new_variables):
         for variable in new_variables:
             average = averages.get(id(variable))
             if average is not None:
-                average.assign(tf.cast(keras.ops.convert_to_tensor(variable), average.dtype))
+                average.assign(
+                    tf.cast(keras.ops.convert_to_tensor(variable), average.dtype)
+                )

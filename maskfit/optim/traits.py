@@ -31,9 +31,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from maskfit import checks
-from maskfit import internals
-from maskfit import paths
+from maskfit import checks, internals, paths
 
 __all__ = [
     "ema_averages",

@@ -1,40 +1,40 @@
 """maskfit.pruning: magnitude pruning for Keras 3, with TF-MOT's names and semantics,
 and structured pruning (whole units) with Torch-Pruning's."""
 
-from maskfit.pruning.callbacks import PruningSummaries
-from maskfit.pruning.couplings import Coupling
-from maskfit.pruning.couplings import UnitCoupling
-from maskfit.pruning.couplings import coupling_of
-from maskfit.pruning.couplings import register_coupling
-from maskfit.pruning.importance import Importance
-from maskfit.pruning.importance import MagnitudeImportance
-from maskfit.pruning.importance import TaylorImportance
-from maskfit.pruning.callbacks import UpdatePruningStep
-from maskfit.pruning.magnitude import kept_count
-from maskfit.pruning.magnitude import magnitude_mask
-from maskfit.pruning.prune import PrunedModel
-from maskfit.pruning.prune import prune_low_magnitude
-from maskfit.pruning.prune import strip_pruning
-from maskfit.pruning.structured import UnitSelection
-from maskfit.pruning.structured import prune_units
-from maskfit.pruning.structured import select_units
-from maskfit.pruning.structured import unit_selection
-from maskfit.pruning.registry import PrunableLayer
-from maskfit.pruning.registry import RegistryEntry
-from maskfit.pruning.registry import classify
-from maskfit.pruning.registry import prunable_layers
-from maskfit.pruning.registry import prunable_weights
+from maskfit.pruning.callbacks import PruningSummaries, UpdatePruningStep
+from maskfit.pruning.couplings import (
+    Coupling,
+    UnitCoupling,
+    coupling_of,
+    register_coupling,
+)
+from maskfit.pruning.importance import Importance, MagnitudeImportance, TaylorImportance
+from maskfit.pruning.magnitude import kept_count, magnitude_mask
+from maskfit.pruning.prune import PrunedModel, prune_low_magnitude, strip_pruning
+from maskfit.pruning.registry import (
+    PrunableLayer,
+    RegistryEntry,
+    classify,
+    prunable_layers,
+    prunable_weights,
+)
 from maskfit.pruning.rule import MagnitudePruning
-from maskfit.pruning.schedules import ConstantSparsity
-from maskfit.pruning.schedules import PolynomialDecay
-from maskfit.pruning.schedules import PruningSchedule
-from maskfit.pruning.schedules import pruning_steps
-from maskfit.pruning.schedules import schedule_table
+from maskfit.pruning.schedules import (
+    ConstantSparsity,
+    PolynomialDecay,
+    PruningSchedule,
+    pruning_steps,
+    schedule_table,
+)
 from maskfit.pruning.shrinking import shrink
-from maskfit.pruning.sizes import SizeReport
-from maskfit.pruning.sizes import size_report
-from maskfit.pruning.unit_graph import DependencyGraph
-from maskfit.pruning.unit_graph import UnitGroup
+from maskfit.pruning.sizes import SizeReport, size_report
+from maskfit.pruning.structured import (
+    UnitSelection,
+    prune_units,
+    select_units,
+    unit_selection,
+)
+from maskfit.pruning.unit_graph import DependencyGraph, UnitGroup
 from maskfit.pruning.unit_rule import UnitPruning
 
 __all__ = [

@@ -6,9 +6,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from maskfit import checks
+from maskfit import checks, scalars
 from maskfit import model as model_lib
-from maskfit import scalars
 from maskfit.pruning import rule as rule_lib
 from maskfit.spec import rules as mask_rules
 

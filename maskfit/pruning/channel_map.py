@@ -51,7 +51,11 @@ def channel_positions(layer, shape, axis, width):
     values = np.broadcast_to(numbers.reshape(view), shape)
     out = _run(layer, values)[0]
     rounded = np.rint(out)
-    if np.any(np.abs(out - rounded) > 1e-3) or rounded.min() < 0 or rounded.max() > width:
+    if (
+        np.any(np.abs(out - rounded) > 1e-3)
+        or rounded.min() < 0
+        or rounded.max() > width
+    ):
         return None
     return rounded.astype(np.int64)
 
@@ -79,7 +83,10 @@ def propagate(layer, call, source):
     try:
         positions = channel_positions(layer, in_shape, source.axis, len(source.ids))
     except Exception as error:  # noqa: BLE001 - a layer that cannot run keeps the units
-        return None, f"could not be run on channel numbers ({type(error).__name__}: {error})"
+        return (
+            None,
+            f"could not be run on channel numbers ({type(error).__name__}: {error})",
+        )
     if positions is None:
         return None, "does not keep channels apart when run on channel numbers"
     out_shape = call.output_shape(0)
@@ -88,7 +95,8 @@ def propagate(layer, call, source):
     for axis in reversed(range(positions.ndim)):
         per_position = _along(positions, axis)
         if per_position is not None and (
-            len(set(per_position[per_position > 0].tolist())) > 1 or len(source.ids) == 1
+            len(set(per_position[per_position > 0].tolist())) > 1
+            or len(source.ids) == 1
         ):
             found = (axis, per_position)
             break

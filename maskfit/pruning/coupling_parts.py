@@ -10,8 +10,8 @@ declaration.
 
 import numpy as np
 
-from maskfit.units import layout as units_lib
 from maskfit.pruning.unit_nodes import TensorUnits
+from maskfit.units import layout as units_lib
 
 __all__ = [
     "check_own",
@@ -148,7 +148,7 @@ def declared_units(call, graph):
         axis, start, _ = segment
         rank = len(tensor.shape)
         size = tensor.shape[axis]
-        made.append(TensorUnits(axis % rank - rank, space.ids[start:start + size]))
+        made.append(TensorUnits(axis % rank - rank, space.ids[start : start + size]))
     return made
 
 

@@ -226,9 +226,9 @@ class UnitCoupling(Coupling):
         if ids is not None:
             for name, axis in self.reads.items():
                 graph.slice(layer, _variable(layer, name), axis, ids)
-        rest = [
-            TensorUnits.none(f"output of '{layer.name}' after its first")
-        ] * (call.num_outputs - 1)
+        rest = [TensorUnits.none(f"output of '{layer.name}' after its first")] * (
+            call.num_outputs - 1
+        )
         if self.passes:
             if ids is None:
                 return [source] + rest
@@ -236,7 +236,9 @@ class UnitCoupling(Coupling):
                 graph.slice(layer, _variable(layer, name), axis, ids)
             return [TensorUnits(self.input_axis, ids, source.reason)] + rest
         if self.units_config is None:
-            return [kinds.no_units(layer, "makes no units of its own")] * call.num_outputs
+            return [
+                kinds.no_units(layer, "makes no units of its own")
+            ] * call.num_outputs
         return kinds.declared_units(call, graph)
 
     def shrink_config(self, layer, config, shrunk):
@@ -271,7 +273,9 @@ def register_coupling(layer_class, coupling):
     ...     pass
     >>> pruning.register_coupling(MyDense, pruning.coupling_of(keras.layers.Dense(1)))
     """
-    if not (inspect.isclass(layer_class) and issubclass(layer_class, keras.layers.Layer)):
+    if not (
+        inspect.isclass(layer_class) and issubclass(layer_class, keras.layers.Layer)
+    ):
         raise TypeError(
             "register_coupling expects a keras.layers.Layer subclass first."
             f" Received: {layer_class!r}"
@@ -292,8 +296,7 @@ _builtin = {}
 
 def _builtin_table():
     if not _builtin:
-        from maskfit.pruning import couplings_keras
-        from maskfit.pruning import couplings_sequence
+        from maskfit.pruning import couplings_keras, couplings_sequence
 
         _builtin.update(couplings_keras.TABLE)
         _builtin.update(couplings_sequence.TABLE)

@@ -13,17 +13,18 @@ import re
 
 import numpy as np
 
+from maskfit.pruning import couplings_passing as passing
+from maskfit.pruning.coupling_parts import (
+    no_units,
+    own_units,
+    read_units,
+    unsupported,
+    variable,
+)
+from maskfit.pruning.couplings import Coupling, Refused
+from maskfit.pruning.unit_nodes import TensorUnits
 from maskfit.units import keras_tables
 from maskfit.units.keras_layers import LAYERS as L
-from maskfit.pruning import couplings_passing as passing
-from maskfit.pruning.coupling_parts import no_units
-from maskfit.pruning.coupling_parts import own_units
-from maskfit.pruning.coupling_parts import read_units
-from maskfit.pruning.coupling_parts import unsupported
-from maskfit.pruning.coupling_parts import variable
-from maskfit.pruning.couplings import Coupling
-from maskfit.pruning.couplings import Refused
-from maskfit.pruning.unit_nodes import TensorUnits
 
 __all__ = ["TABLE", "Depthwise", "EinsumDense", "Normalization", "PReLU", "Producer"]
 
@@ -61,7 +62,9 @@ class Producer(Coupling):
             for name, (var_axis, repeat) in self.reads.items():
                 var = variable(layer, name)
                 if var is not None and ids is not None:
-                    graph.slice(layer, var, var_axis, np.repeat(ids, self.repeat(layer, repeat)))
+                    graph.slice(
+                        layer, var, var_axis, np.repeat(ids, self.repeat(layer, repeat))
+                    )
         size = layer.get_config()[self.units_key]
         space = own_units(graph, layer, size, self.own)
         _avoid_bias_on_last_axis(graph, call, space.ids)
@@ -133,21 +136,26 @@ class EinsumDense(Producer):
             layer.equation.replace(" ", ""),
         )
         if problem is None and (spec is None or spec.group(3) or spec.group(7)):
-            problem = f"has equation '{layer.equation}', with no last input and output letter"
+            problem = (
+                f"has equation '{layer.equation}', with no last input and output letter"
+            )
         if problem:
             return graph.refuse(layer, call.inputs, problem)
         source, weight, target = spec.group(2), spec.group(4), spec.group(6)
         kernel = variable(layer, "kernel")
         read, own = source[-1], target[-1]
         if own in source or own not in weight:
-            return graph.refuse(layer, call.inputs, f"takes output letter '{own}' from its input")
+            return graph.refuse(
+                layer, call.inputs, f"takes output letter '{own}' from its input"
+            )
         if read in weight and read not in target:
             ids = read_units(call, graph, call.inputs[0], -1)
             if ids is not None:
                 graph.slice(layer, kernel, weight.index(read), ids)
         else:
             graph.fix(
-                call.inputs[0].ids, f"read by '{layer.name}' without a kernel axis of its own"
+                call.inputs[0].ids,
+                f"read by '{layer.name}' without a kernel axis of its own",
             )
         slices = {"kernel": (weight.index(own), 1)}
         bias_axes = layer.bias_axes or ""
@@ -160,7 +168,9 @@ class EinsumDense(Producer):
     def shrink_config(self, layer, config, shrunk):
         shape = config["output_shape"]
         count = shrunk.count(layer)
-        config["output_shape"] = count if isinstance(shape, int) else [*shape[:-1], count]
+        config["output_shape"] = (
+            count if isinstance(shape, int) else [*shape[:-1], count]
+        )
         return config
 
 
@@ -175,7 +185,9 @@ class Normalization(Coupling):
         axes = layer.axis if isinstance(layer.axis, (list, tuple)) else [layer.axis]
         rank = len(call.input_shape())
         if len(axes) != 1:
-            return graph.refuse(layer, call.inputs, f"normalizes along several axes {axes}")
+            return graph.refuse(
+                layer, call.inputs, f"normalizes along several axes {axes}"
+            )
         axis = axes[0] % rank - rank
         if source.ids is None:
             return [source]
@@ -190,7 +202,7 @@ class Normalization(Coupling):
         if self.grouped:
             size = len(ids) // layer.groups
             for group in range(layer.groups):
-                members = ids[group * size:(group + 1) * size]
+                members = ids[group * size : (group + 1) * size]
                 graph.join(
                     members[:-1],
                     members[1:],

@@ -14,11 +14,10 @@ unit they read.
 
 import numpy as np
 
-from maskfit.units.keras_layers import LAYERS as L
 from maskfit.pruning import channel_map
-from maskfit.pruning.couplings import Coupling
-from maskfit.pruning.couplings import Refused
+from maskfit.pruning.couplings import Coupling, Refused
 from maskfit.pruning.unit_nodes import TensorUnits
+from maskfit.units.keras_layers import LAYERS as L
 
 __all__ = ["TABLE"]
 
@@ -155,7 +154,9 @@ class Concatenate(Coupling):
             ]
             return [TensorUnits(along, np.concatenate(pieces))]
         if axis is None:
-            return graph.refuse(layer, inputs, "concatenates inputs with units on different axes")
+            return graph.refuse(
+                layer, inputs, "concatenates inputs with units on different axes"
+            )
         return Merge().couple(call, graph)
 
 
@@ -209,9 +210,7 @@ _MOVING = (
     L.Permute,
     L.RepeatVector,
 )
-_PREPROCESSING = (
-    "is a preprocessing or augmentation layer, meant for a model's inputs"
-)
+_PREPROCESSING = "is a preprocessing or augmentation layer, meant for a model's inputs"
 
 TABLE = {cls: Elementwise() for cls in _ELEMENTWISE}
 TABLE.update({cls: ChannelMap() for cls in _MOVING})
@@ -225,7 +224,9 @@ TABLE.update(
             lambda layer: -1, "masks a position when all its channels equal mask_value"
         ),
         L.Rescaling: Elementwise(
-            lambda layer: None if np.ndim(layer.scale) == np.ndim(layer.offset) == 0 else -1,
+            lambda layer: (
+                None if np.ndim(layer.scale) == np.ndim(layer.offset) == 0 else -1
+            ),
             "scales channel by channel with constants it keeps for every channel",
         ),
         L.LayerNormalization: Statistics(),

@@ -18,15 +18,11 @@ import keras
 import numpy as np
 
 from maskfit import internals
-from maskfit.units.keras_layers import LAYERS as L
 from maskfit.pruning import couplings as couplings_lib
-from maskfit.pruning.couplings import Coupling
-from maskfit.pruning.couplings import Refused
-from maskfit.pruning.coupling_parts import check_own
-from maskfit.pruning.coupling_parts import no_units
-from maskfit.pruning.coupling_parts import read_units
-from maskfit.pruning.coupling_parts import variable
+from maskfit.pruning.coupling_parts import check_own, no_units, read_units, variable
+from maskfit.pruning.couplings import Coupling, Refused
 from maskfit.pruning.unit_nodes import TensorUnits
+from maskfit.units.keras_layers import LAYERS as L
 
 __all__ = ["TABLE"]
 
@@ -43,7 +39,9 @@ def _rnn_units(graph, layer, source):
     space = graph.new_space(layer, "units", cell.units)
     ids = source.ids if source.ids is not None and source.axis == -1 else None
     if source.ids is not None and ids is None:
-        graph.fix(source.ids, f"read by '{layer.name}' along the last axis, not {source.axis}")
+        graph.fix(
+            source.ids, f"read by '{layer.name}' along the last axis, not {source.axis}"
+        )
     gates = np.tile(space.ids, blocks)
     owned = {}
     for name in ("kernel", "recurrent_kernel", "bias"):
@@ -86,7 +84,8 @@ class Recurrent(Coupling):
                 units = call.units[id(tensor)]
                 graph.join(
                     space.ids,
-                    units.ids if units.axis == -1 and units.ids is not None
+                    units.ids
+                    if units.axis == -1 and units.ids is not None
                     else np.full(space.size, -1),
                     f"an initial state of '{layer.name}' whose channels stay",
                 )
@@ -126,12 +125,17 @@ class Bidirectional(Coupling):
             graph.join(fwd, bwd)
             main = [TensorUnits(-1, fwd)]
         states = call.num_outputs - len(main)
-        return main + [TensorUnits(-1, fwd)] * (states // 2) + [
-            TensorUnits(-1, bwd)
-        ] * (states // 2)
+        return (
+            main
+            + [TensorUnits(-1, fwd)] * (states // 2)
+            + [TensorUnits(-1, bwd)] * (states // 2)
+        )
 
     def shrink_config(self, layer, config, shrunk):
-        directions = (("layer", layer.forward_layer), ("backward_layer", layer.backward_layer))
+        directions = (
+            ("layer", layer.forward_layer),
+            ("backward_layer", layer.backward_layer),
+        )
         for key, inner in directions:
             serialized = keras.saving.serialize_keras_object(inner)
             serialized["config"] = Recurrent().shrink_config(
@@ -158,7 +162,9 @@ class TimeDistributed(Coupling):
         units[id(step_in)] = source
         from maskfit.pruning import keras_graph
 
-        step = keras_graph.Call(inner, {"inputs": step_in}, [step_in], [step_out], (step_in,), {})
+        step = keras_graph.Call(
+            inner, {"inputs": step_in}, [step_in], [step_out], (step_in,), {}
+        )
         return couplings_lib.coupling_of(inner).couple(
             couplings_lib.CallUnits(step, units, [source]), graph
         )
@@ -215,7 +221,9 @@ class MultiHeadAttention(Coupling):
             if scores[1] == layer.num_heads:
                 made.append(TensorUnits(1 - len(scores), heads.ids))
             else:
-                graph.fix(heads.ids, f"'{layer.name}' returns scores without a head axis")
+                graph.fix(
+                    heads.ids, f"'{layer.name}' returns scores without a head axis"
+                )
                 made.append(no_units(layer, "returns scores"))
         return made
 
@@ -248,7 +256,9 @@ class KerasAttention(Coupling):
         query, value = units[0], units[1]
         key = units[2] if len(units) == 3 else value  # the value is the key
         for part in (query, key):
-            graph.fix(part.ids, f"met in dot products by '{layer.name}' (query and key)")
+            graph.fix(
+                part.ids, f"met in dot products by '{layer.name}' (query and key)"
+            )
         if value.ids is not None and value.axis != -1:
             graph.fix(value.ids, f"read by '{layer.name}' along the last axis")
             value = no_units(layer, "reads its values along the last axis")
@@ -278,7 +288,9 @@ TABLE = {
     L.SimpleRNNCell: Refused(_CELL),
     L.LSTMCell: Refused(_CELL),
     L.GRUCell: Refused(_CELL),
-    L.Pipeline: Refused("runs layers in a sequence maskfit does not walk (not coupled yet)"),
+    L.Pipeline: Refused(
+        "runs layers in a sequence maskfit does not walk (not coupled yet)"
+    ),
     L.InputLayer: Refused("is a model input"),
     L.Layer: Refused("is the base Layer class"),
     L.Wrapper: Refused("is the base Wrapper class"),

@@ -31,7 +31,9 @@ _FILL = 5
 
 
 def _sample(shape, rng):
-    shape = [_BATCH if i == 0 else (_FILL if d is None else d) for i, d in enumerate(shape)]
+    shape = [
+        _BATCH if i == 0 else (_FILL if d is None else d) for i, d in enumerate(shape)
+    ]
     return tf.constant(rng.normal(size=shape), tf.float32)
 
 
@@ -57,7 +59,9 @@ def _call(layer, x, mapping):
         return tf.function(run, jit_compile=True, autograph=False)()
 
 
-def depends_on_channel(layer, shape, axis, channel, zeroed=(), out_channel=None, seed=0):
+def depends_on_channel(
+    layer, shape, axis, channel, zeroed=(), out_channel=None, seed=0
+):
     """Whether `layer`'s output depends on input channel `channel` along `axis`.
 
     Args:
@@ -90,7 +94,9 @@ def depends_on_channel(layer, shape, axis, channel, zeroed=(), out_channel=None,
             y = tf.gather(y, [out_channel], axis=axis % len(y.shape))
         weights = tf.constant(rng.uniform(0.5, 1.5, size=y.shape), y.dtype)
         total = tf.reduce_sum(y * weights)
-    gradient = tape.gradient(total, x, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    gradient = tape.gradient(
+        total, x, unconnected_gradients=tf.UnconnectedGradients.ZERO
+    )
     gradient = np.moveaxis(np.asarray(gradient), axis, -1)
     return np.any(gradient.reshape(-1, gradient.shape[-1]) != 0, axis=0)
 
@@ -98,7 +104,9 @@ def depends_on_channel(layer, shape, axis, channel, zeroed=(), out_channel=None,
 def _channels(width, seed=0):
     if width <= _CHANNELS:
         return list(range(width))
-    return sorted(np.random.default_rng(seed).choice(width, _CHANNELS, replace=False).tolist())
+    return sorted(
+        np.random.default_rng(seed).choice(width, _CHANNELS, replace=False).tolist()
+    )
 
 
 def check(layer, call, coupling):
@@ -116,14 +124,19 @@ def check(layer, call, coupling):
     problems = []
     for channel in _channels(width):
         if coupling.passes:
-            depends = depends_on_channel(layer, shape, axis, channel, out_channel=channel)
+            depends = depends_on_channel(
+                layer, shape, axis, channel, out_channel=channel
+            )
             others = np.flatnonzero(depends & (np.arange(width) != channel))
             if others.size:
                 problems.append(
                     f"output channel {channel} depends on input channels"
                     f" {others[:4].tolist()}"
                 )
-        if reads and depends_on_channel(layer, shape, axis, channel, zeroed=reads)[channel]:
+        if (
+            reads
+            and depends_on_channel(layer, shape, axis, channel, zeroed=reads)[channel]
+        ):
             problems.append(
                 f"with the entries said to read channel {channel} set to 0, the"
                 " output still depends on it"

@@ -74,7 +74,9 @@ class MagnitudeImportance(Importance):
 
     def __init__(self, p=2):
         if isinstance(p, bool) or not isinstance(p, (int, float)) or p <= 0:
-            raise ValueError(f"MagnitudeImportance p must be a positive number. Received: p={p!r}")
+            raise ValueError(
+                f"MagnitudeImportance p must be a positive number. Received: p={p!r}"
+            )
         self.p = p
 
     def __call__(self, variable, value, accumulated):
@@ -142,8 +144,11 @@ def get_importance(importance):
     """
     if isinstance(importance, Importance):
         return importance
-    names = {"l1": lambda: MagnitudeImportance(1), "l2": lambda: MagnitudeImportance(2),
-             "taylor": TaylorImportance}
+    names = {
+        "l1": lambda: MagnitudeImportance(1),
+        "l2": lambda: MagnitudeImportance(2),
+        "taylor": TaylorImportance,
+    }
     if isinstance(importance, str) and importance.lower() in names:
         return names[importance.lower()]()
     if callable(importance):

@@ -5,8 +5,7 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
-from maskfit import checks
-from maskfit import internals
+from maskfit import checks, internals
 
 __all__ = ["kept_count", "magnitude_mask"]
 

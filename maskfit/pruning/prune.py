@@ -6,9 +6,8 @@ import keras
 
 from maskfit import internals
 from maskfit import model as model_lib
-from maskfit.pruning import registry
+from maskfit.pruning import registry, schedules
 from maskfit.pruning import rule as rule_lib
-from maskfit.pruning import schedules
 from maskfit.spec import rules as mask_rules
 
 __all__ = ["PrunedModel", "masked_model", "prune_low_magnitude", "strip_pruning"]
@@ -158,7 +157,9 @@ def masked_model(model):
         layers = list(model.layers)
         if model.built and getattr(model, "inputs", None):
             source = model.inputs[0]
-            layers = [keras.Input(batch_shape=source.shape, dtype=source.dtype)] + layers
+            layers = [
+                keras.Input(batch_shape=source.shape, dtype=source.dtype)
+            ] + layers
         return model_lib.MaskedSequential(layers, name=model.name)
     if isinstance(model, internals.functional_class()):
         return model_lib.MaskedModel(model.inputs, model.outputs, name=model.name)

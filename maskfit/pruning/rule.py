@@ -3,9 +3,7 @@
 import keras
 import tensorflow as tf
 
-from maskfit.pruning import magnitude
-from maskfit.pruning import registry
-from maskfit.pruning import schedules
+from maskfit.pruning import magnitude, registry, schedules
 from maskfit.spec import rules as mask_rules
 
 __all__ = ["MagnitudePruning"]
@@ -115,7 +113,9 @@ class MagnitudePruning(mask_rules.MaskRule):
     def keep_mask(self, step, weights, protected):
         scores = tf.math.abs(weights)
         if protected is not None:
-            scores = tf.where(protected, tf.constant(float("inf"), scores.dtype), scores)
+            scores = tf.where(
+                protected, tf.constant(float("inf"), scores.dtype), scores
+            )
         if self.sparsity_m_by_n is not None:
             sparsity = 0.0
         else:

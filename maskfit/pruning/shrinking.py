@@ -5,12 +5,10 @@ import copy
 import keras
 import numpy as np
 
-from maskfit.spec import rules as rules_lib
 from maskfit.pruning import couplings as couplings_lib
-from maskfit.pruning import keras_graph
+from maskfit.pruning import keras_graph, unit_graph, unit_rule
 from maskfit.pruning import structured as prune_units_lib
-from maskfit.pruning import unit_graph
-from maskfit.pruning import unit_rule
+from maskfit.spec import rules as rules_lib
 
 __all__ = ["shrink"]
 
@@ -76,7 +74,9 @@ def shrink(model, selection=None):
             selection = prune_units_lib.unit_selection(model)
         else:
             graph = unit_graph.DependencyGraph(model)
-            selection = prune_units_lib.UnitSelection(graph, np.ones(graph.num_atoms, bool))
+            selection = prune_units_lib.UnitSelection(
+                graph, np.ones(graph.num_atoms, bool)
+            )
     if selection.graph.model is not model:
         raise ValueError(
             f"shrink: the selection was made for model '{selection.graph.model.name}',"
@@ -127,7 +127,9 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
     if new_inputs is None:
         new_inputs = [
             keras.Input(
-                batch_shape=t.shape, dtype=t.dtype, sparse=t.sparse,
+                batch_shape=t.shape,
+                dtype=t.dtype,
+                sparse=t.sparse,
                 name=keras_graph.input_name(t),
             )
             for t in tensors
@@ -139,7 +141,9 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
         new = made.get(id(layer))
         if new is None:
             if keras_graph.is_graph_model(layer):
-                first = keras_graph.flatten(_map(keras_graph.first_argument(call), mapping))
+                first = keras_graph.flatten(
+                    _map(keras_graph.first_argument(call), mapping)
+                )
                 inner = [keras.Input(batch_shape=x.shape, dtype=x.dtype) for x in first]
                 new = _rebuild(layer, inner, shrunk, pairs, made)
             else:
@@ -151,7 +155,9 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
             mapping[id(tensor)] = value
     if isinstance(model, keras.Sequential):
         start = keras.Input(batch_shape=new_inputs[0].shape, dtype=new_inputs[0].dtype)
-        return keras.Sequential([start] + [made[id(l)] for l in model.layers], name=model.name)
+        return keras.Sequential(
+            [start] + [made[id(l)] for l in model.layers], name=model.name
+        )
     inputs = keras.tree.pack_sequence_as(model.input, new_inputs)
     if isinstance(inputs, list) and len(inputs) == 1:
         inputs = inputs[0]  # called with a tensor, as a list of one it warns

@@ -6,8 +6,8 @@ from typing import NamedTuple
 import numpy as np
 
 from maskfit import internals
-from maskfit.units.keras_layers import LAYERS as L
 from maskfit.pruning import keras_graph
+from maskfit.units.keras_layers import LAYERS as L
 
 __all__ = ["LayerSize", "SizeReport", "macs_of", "size_report"]
 
@@ -47,12 +47,26 @@ class SizeReport(NamedTuple):
     def __str__(self):
         header = ("Layer", "Kind", "Params", "-> after", "MACs", "-> after")
         cells = [header] + [
-            (r.name, r.kind, f"{r.params_before:,}", f"{r.params_after:,}",
-             f"{r.macs_before:,}", f"{r.macs_after:,}")
+            (
+                r.name,
+                r.kind,
+                f"{r.params_before:,}",
+                f"{r.params_after:,}",
+                f"{r.macs_before:,}",
+                f"{r.macs_after:,}",
+            )
             for r in self.rows
         ]
-        cells.append(("Total", "", f"{self.params_before:,}", f"{self.params_after:,}",
-                      f"{self.macs_before:,}", f"{self.macs_after:,}"))
+        cells.append(
+            (
+                "Total",
+                "",
+                f"{self.params_before:,}",
+                f"{self.params_after:,}",
+                f"{self.macs_before:,}",
+                f"{self.macs_after:,}",
+            )
+        )
         widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
         lines = []
         for number, row in enumerate(cells):
@@ -109,7 +123,9 @@ def macs_of(layer, input_shapes, output_shapes):
     if cls in (L.SimpleRNN, L.LSTM, L.GRU, L.RNN):
         steps = input_shapes[0][1] or 1
         cell = layer.cell
-        return steps * sum(_size(_weight(cell, n)) for n in ("kernel", "recurrent_kernel"))
+        return steps * sum(
+            _size(_weight(cell, n)) for n in ("kernel", "recurrent_kernel")
+        )
     if cls is L.Bidirectional:
         return sum(
             macs_of(inner, input_shapes, output_shapes)
@@ -136,7 +152,9 @@ def _attention_macs(layer, shapes):
         rows = queries if sub.name in ("query", "gate", "attention_output") else keys
         total += rows * _size(kernel)
     heads = layer.num_heads
-    total += heads * queries * keys * (layer.key_dim + (layer.value_dim or layer.key_dim))
+    total += (
+        heads * queries * keys * (layer.key_dim + (layer.value_dim or layer.key_dim))
+    )
     return total
 
 
@@ -152,7 +170,9 @@ def _sizes(model, prefix=""):
             continue
         params = sum(_size(v) for v in layer.weights)
         macs = macs_of(
-            layer, [tuple(t.shape) for t in call.inputs], [tuple(t.shape) for t in call.outputs]
+            layer,
+            [tuple(t.shape) for t in call.inputs],
+            [tuple(t.shape) for t in call.outputs],
         )
         kind, old_params, old_macs = found.get(path, (type(layer).__name__, 0, 0))
         found[path] = (kind, params if not old_params else old_params, old_macs + macs)

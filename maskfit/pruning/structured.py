@@ -6,14 +6,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from maskfit.spec import rules as rules_lib
 from maskfit import model as model_lib
-from maskfit.pruning import keras_graph
+from maskfit.pruning import keras_graph, schedules, unit_choice, unit_graph, unit_rule
 from maskfit.pruning import prune as prune_lib
-from maskfit.pruning import schedules
-from maskfit.pruning import unit_choice
-from maskfit.pruning import unit_graph
-from maskfit.pruning import unit_rule
+from maskfit.spec import rules as rules_lib
 
 __all__ = ["UnitSelection", "prune_units", "select_units", "unit_selection"]
 
@@ -74,7 +70,12 @@ def prune_units(
     if pruning_schedule is None:
         pruning_schedule = schedules.ConstantSparsity(0.5, begin_step=0)
     rule = unit_rule.UnitPruning(
-        pruning_schedule, importance, global_pruning, round_to, min_units, ignored_layers
+        pruning_schedule,
+        importance,
+        global_pruning,
+        round_to,
+        min_units,
+        ignored_layers,
     )
     _check_model(model, "prune_units")
     masked = prune_lib.masked_model(model)
@@ -128,7 +129,11 @@ class UnitSelection(NamedTuple):
             named = chosen if isinstance(chosen, dict) else {"units": chosen}
             for space_name, indices in named.items():
                 space = next(
-                    (s for s in graph.spaces if s.layer.name == name and s.name == space_name),
+                    (
+                        s
+                        for s in graph.spaces
+                        if s.layer.name == name and s.name == space_name
+                    ),
                     None,
                 )
                 if space is None:
@@ -146,7 +151,9 @@ class UnitSelection(NamedTuple):
                         )
                     atom = graph.atoms_of([space.first + int(index)])[0]
                     if atom < 0:
-                        reasons = "; ".join(graph.reasons_of([space.first + int(index)]))
+                        reasons = "; ".join(
+                            graph.reasons_of([space.first + int(index)])
+                        )
                         raise ValueError(
                             f"Unit {index} of layer '{name}' cannot be removed: {reasons}."
                         )
@@ -243,10 +250,17 @@ def select_units(
     variables = [each.variable for each in plan.variables]
     accumulated = {}
     if rule.importance.needs_gradients:
-        accumulated = _taylor_sums(model, variables, rule.importance, data, loss, batch_size)
+        accumulated = _taylor_sums(
+            model, variables, rule.importance, data, loss, batch_size
+        )
     weights = [tf.convert_to_tensor(v) for v in variables]
     masks = rule.masks_for(
-        plan, accumulated, float(pruning_ratio), variables, weights, [None] * len(variables)
+        plan,
+        accumulated,
+        float(pruning_ratio),
+        variables,
+        weights,
+        [None] * len(variables),
     )
     keeps = {id(v): m.numpy() for v, m in zip(variables, masks)}
     return UnitSelection(plan.graph, unit_choice.kept_atoms_from(plan, keeps))
@@ -267,8 +281,12 @@ def _taylor_sums(model, variables, importance, data, loss, batch_size):
     state = [(v, v.numpy()) for v in model.non_trainable_variables]
     try:
         for start in range(0, count, batch_size):
-            batch_x = keras.tree.map_structure(lambda a: a[start:start + batch_size], x)
-            batch_y = keras.tree.map_structure(lambda a: a[start:start + batch_size], y)
+            batch_x = keras.tree.map_structure(
+                lambda a, start=start: a[start : start + batch_size], x
+            )
+            batch_y = keras.tree.map_structure(
+                lambda a, start=start: a[start : start + batch_size], y
+            )
             with tf.GradientTape() as tape:
                 value = loss_fn(batch_y, model(batch_x, training=True))
                 value += sum(model.losses)  # regularizers, as fit adds them
@@ -277,7 +295,8 @@ def _taylor_sums(model, variables, importance, data, loss, batch_size):
                 if gradient is not None:
                     sums[id(variable)].assign_add(
                         importance.accumulate(
-                            tf.convert_to_tensor(variable), tf.convert_to_tensor(gradient)
+                            tf.convert_to_tensor(variable),
+                            tf.convert_to_tensor(gradient),
                         )
                     )
     finally:

@@ -108,7 +108,9 @@ def kept_count(channels, per_atom, fraction, round_to=None, min_units=1):
     whole = tf.constant(channels, tf.float64)
     raw = tf.floor(whole * (1.0 - tf.cast(fraction, tf.float64)) + 1e-6)
     rounded = tf.floor(raw / step) * step
-    lowest = tf.constant(min(math.ceil(max(min_units, 1) / step) * step, channels), tf.float64)
+    lowest = tf.constant(
+        min(math.ceil(max(min_units, 1) / step) * step, channels), tf.float64
+    )
     kept = tf.where(raw >= whole, whole, tf.minimum(tf.maximum(rounded, lowest), whole))
     return tf.cast(kept, tf.int32) // per_atom
 
@@ -164,9 +166,13 @@ def choose(
         else:
             gone = tf.reduce_sum(tf.cast(tf.gather(removed, atoms), tf.float64))
             share = gone * (per_atom if uniform else 1) / channels
-        kept = kept_count(channels, per_atom if uniform else 1, share, step_round, min_units)
+        kept = kept_count(
+            channels, per_atom if uniform else 1, share, step_round, min_units
+        )
         guarded = tf.gather(protected, atoms)
-        local = tf.where(guarded, tf.constant(np.inf, scores.dtype), tf.gather(scores, atoms))
+        local = tf.where(
+            guarded, tf.constant(np.inf, scores.dtype), tf.gather(scores, atoms)
+        )
         kept = tf.maximum(kept, tf.reduce_sum(tf.cast(guarded, tf.int32)))
         # Counts a layer of the group would compute wrongly with: one step more.
         step = _atom_step(per_atom if uniform else 1, step_round)

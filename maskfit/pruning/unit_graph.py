@@ -19,10 +19,11 @@ from typing import NamedTuple
 import numpy as np
 
 from maskfit.pruning import couplings as couplings_lib
-from maskfit.pruning import keras_graph
-from maskfit.pruning import unit_nodes
-from maskfit.pruning.unit_nodes import Space  # noqa: F401 (re-exported)
-from maskfit.pruning.unit_nodes import TensorUnits
+from maskfit.pruning import keras_graph, unit_nodes
+from maskfit.pruning.unit_nodes import (
+    Space,  # noqa: F401 (re-exported)
+    TensorUnits,
+)
 
 __all__ = ["DependencyGraph", "Space", "TensorUnits", "UnitGroup"]
 
@@ -163,7 +164,7 @@ class DependencyGraph(unit_nodes.UnitNodes):
         """
         counts = collections.defaultdict(set)
         fixed = False
-        for layer, ids, count, reason in self.avoided:
+        for _layer, ids, count, reason in self.avoided:
             atoms = self.atoms_of(ids)
             removable = atoms[atoms >= 0]
             if not removable.size:
@@ -172,7 +173,11 @@ class DependencyGraph(unit_nodes.UnitNodes):
             group = self.groups[numbers.pop()] if len(numbers) == 1 else None
             each = None
             if group is not None:
-                each = set(np.bincount(removable, minlength=self.num_atoms)[group.atoms].tolist())
+                each = set(
+                    np.bincount(removable, minlength=self.num_atoms)[
+                        group.atoms
+                    ].tolist()
+                )
             if group is None or len(each) != 1 or 0 in each:
                 self.fix(
                     ids,
@@ -185,7 +190,8 @@ class DependencyGraph(unit_nodes.UnitNodes):
             if rest == 0 and 0 < kept < len(group.atoms):
                 counts[group.index].add(kept)
         self.groups = tuple(
-            g._replace(avoid=tuple(sorted(counts.get(g.index, ())))) for g in self.groups
+            g._replace(avoid=tuple(sorted(counts.get(g.index, ()))))
+            for g in self.groups
         )
         return fixed
 
@@ -201,9 +207,7 @@ class DependencyGraph(unit_nodes.UnitNodes):
     def _group(self):
         count = len(self._parent)
         roots = np.array([self._find(n) for n in range(count)], np.int64)
-        removable = np.array(
-            [not self._reasons.get(r) for r in roots.tolist()], bool
-        )
+        removable = np.array([not self._reasons.get(r) for r in roots.tolist()], bool)
         self._roots = roots
         # Spaces joined through any node form a group.
         space_parent = list(range(len(self.spaces)))

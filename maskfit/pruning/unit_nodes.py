@@ -195,9 +195,7 @@ class UnitNodes:
         self.say(layer, f"refused: {reason}")
         for units in inputs:
             self.fix(units.ids, f"read by layer '{layer.name}', which {reason}")
-        return [
-            TensorUnits.none(f"output of '{layer.name}', which {reason}")
-        ] * outputs
+        return [TensorUnits.none(f"output of '{layer.name}', which {reason}")] * outputs
 
     def note(self, layer, key, value=None):
         """Stores (or, without `value`, returns) what a coupling needs at shrink time."""

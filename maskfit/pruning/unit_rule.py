@@ -6,26 +6,31 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from maskfit import internals
-from maskfit import paths
-from maskfit.spec import rules as rules_lib
+from maskfit import internals, paths
 from maskfit.pruning import importance as importance_lib
-from maskfit.pruning import schedules
-from maskfit.pruning import unit_choice
-from maskfit.pruning import unit_graph
+from maskfit.pruning import schedules, unit_choice, unit_graph
+from maskfit.spec import rules as rules_lib
 
 __all__ = ["UnitPruning"]
 
 
 def _check_options(round_to, min_units, ignored_layers, where):
     if round_to is not None and (
-        not isinstance(round_to, numbers.Integral) or isinstance(round_to, bool) or round_to < 1
+        not isinstance(round_to, numbers.Integral)
+        or isinstance(round_to, bool)
+        or round_to < 1
     ):
         raise ValueError(
             f"{where}: round_to must be None or a positive integer. Received: {round_to!r}"
         )
-    if not isinstance(min_units, numbers.Integral) or isinstance(min_units, bool) or min_units < 1:
-        raise ValueError(f"{where}: min_units must be an integer >= 1. Received: {min_units!r}")
+    if (
+        not isinstance(min_units, numbers.Integral)
+        or isinstance(min_units, bool)
+        or min_units < 1
+    ):
+        raise ValueError(
+            f"{where}: min_units must be an integer >= 1. Received: {min_units!r}"
+        )
     names = []
     for item in ignored_layers or ():
         name = item.name if isinstance(item, keras.layers.Layer) else item
@@ -109,9 +114,13 @@ class UnitPruning(rules_lib.MaskRule):
                         " half cut. Remove it (maskfit.pruning.strip_pruning, or"
                         " maskfit.mask_rules.set_rule(layer, None)) before prune_units."
                     )
-            plan = unit_choice.UnitPlan(unit_graph.DependencyGraph(model, self.ignored_layers))
+            plan = unit_choice.UnitPlan(
+                unit_graph.DependencyGraph(model, self.ignored_layers)
+            )
             covered = [each.variable for each in plan.variables]
-            sums = _taylor_sums(model, covered) if self.importance.needs_gradients else {}
+            sums = (
+                _taylor_sums(model, covered) if self.importance.needs_gradients else {}
+            )
             sum_of = dict(zip([id(v) for v in covered], sums.values()))
             entry = _Planned(signature, plan, sums, sum_of)
             self._plans[id(model)] = entry
@@ -121,7 +130,9 @@ class UnitPruning(rules_lib.MaskRule):
         for entry in self._plans.values():
             if variables and id(variables[0]) in entry.plan.by_id:
                 return entry
-        raise ValueError("UnitPruning was asked for keep masks of variables it never planned.")
+        raise ValueError(
+            "UnitPruning was asked for keep masks of variables it never planned."
+        )
 
     def variables(self, layer):
         return [each.variable for each in self.plan(layer).variables]
@@ -150,7 +161,9 @@ class UnitPruning(rules_lib.MaskRule):
             entry.plan, entry.sum_of, fraction, variables, weights, protected, keeps
         )
 
-    def masks_for(self, plan, sums, fraction, variables, weights, protected, keeps=None):
+    def masks_for(
+        self, plan, sums, fraction, variables, weights, protected, keeps=None
+    ):
         """Keep masks of `variables` at `fraction`, from their values (also used eagerly).
 
         Args:
@@ -166,7 +179,9 @@ class UnitPruning(rules_lib.MaskRule):
             for v, w in zip(variables, weights)
         }
         guarded = {
-            id(v): tf.cast(p, tf.float32) for v, p in zip(variables, protected) if p is not None
+            id(v): tf.cast(p, tf.float32)
+            for v, p in zip(variables, protected)
+            if p is not None
         }
         present = {id(v) for v in variables}
         for each in plan.variables:
@@ -206,8 +221,12 @@ class UnitPruning(rules_lib.MaskRule):
         device) and every replica adds the same values.
         """
         entry = self._entry_for(variables)
-        totals = [entry.sum_of.get(id(entry.plan.by_id[id(v)].variable)) for v in variables]
-        pairs = [(v, g, t) for v, g, t in zip(variables, gradients, totals) if t is not None]
+        totals = [
+            entry.sum_of.get(id(entry.plan.by_id[id(v)].variable)) for v in variables
+        ]
+        pairs = [
+            (v, g, t) for v, g, t in zip(variables, gradients, totals) if t is not None
+        ]
         if not pairs:
             return
         last = self.last_update_step()
@@ -219,14 +238,20 @@ class UnitPruning(rules_lib.MaskRule):
 
         # Past the last update the sums no longer count: nothing is added.
         # (A factor, not a cond: under a strategy, assigning is a sync point.)
-        live = 1.0 if last is None else tf.cast(tf.cast(step, tf.int64) <= last, tf.float32)
+        live = (
+            1.0
+            if last is None
+            else tf.cast(tf.cast(step, tf.int64) <= last, tf.float32)
+        )
         for (variable, _, total), gradient in zip(pairs, added):
             score = self.importance.accumulate(tf.convert_to_tensor(variable), gradient)
             total.assign_add(tf.cast(score, tf.float32) * live)
 
     def get_config(self):
         return {
-            "pruning_schedule": keras.saving.serialize_keras_object(self.pruning_schedule),
+            "pruning_schedule": keras.saving.serialize_keras_object(
+                self.pruning_schedule
+            ),
             "importance": importance_lib.serialize(self.importance),
             "global_pruning": self.global_pruning,
             "round_to": self.round_to,

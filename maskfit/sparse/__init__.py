@@ -8,26 +8,19 @@ variable and random initial masks, with RigL's parameter names.
 docs/sparse_training.md has the details.
 """
 
-from maskfit.sparse.allocation import LayerSparsity
-from maskfit.sparse.allocation import allocate
-from maskfit.sparse.allocation import overall_sparsity
-from maskfit.sparse.distributions import DISTRIBUTIONS
-from maskfit.sparse.distributions import active_count
-from maskfit.sparse.distributions import layer_sparsities
-from maskfit.sparse.drop_and_grow import DropGrow
-from maskfit.sparse.drop_and_grow import drop_count
-from maskfit.sparse.drop_and_grow import drop_grow
-from maskfit.sparse.drop_and_grow import set_scores
-from maskfit.sparse.drop_and_grow import variable_key
-from maskfit.sparse.initial_masks import random_keep_mask
-from maskfit.sparse.initial_masks import random_keep_masks
-from maskfit.sparse.rules import DynamicSparsity
-from maskfit.sparse.rules import RigL
-from maskfit.sparse.rules import SET
-from maskfit.sparse.schedule import ANNEALS
-from maskfit.sparse.schedule import UpdateSchedule
-from maskfit.sparse.sparsify import METHODS
-from maskfit.sparse.sparsify import sparsify
+from maskfit.sparse.allocation import LayerSparsity, allocate, overall_sparsity
+from maskfit.sparse.distributions import DISTRIBUTIONS, active_count, layer_sparsities
+from maskfit.sparse.drop_and_grow import (
+    DropGrow,
+    drop_count,
+    drop_grow,
+    set_scores,
+    variable_key,
+)
+from maskfit.sparse.initial_masks import random_keep_mask, random_keep_masks
+from maskfit.sparse.rules import SET, DynamicSparsity, RigL
+from maskfit.sparse.schedule import ANNEALS, UpdateSchedule
+from maskfit.sparse.sparsify import METHODS, sparsify
 
 __all__ = [
     "active_count",

@@ -13,8 +13,7 @@ import collections
 
 import numpy as np
 
-from maskfit import paths
-from maskfit import pruning
+from maskfit import paths, pruning
 from maskfit.sparse import distributions
 
 __all__ = ["LayerSparsity", "allocate", "overall_sparsity"]

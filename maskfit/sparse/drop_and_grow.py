@@ -186,9 +186,10 @@ _GOLDEN = 0x9E3779B9  # 2**32 / golden ratio: spreads consecutive indices
 
 def _fmix32(h):
     """murmur3's finalizer on uint32 tensors (wrapping arithmetic)."""
-    shift = lambda x, n: tf.bitwise.right_shift(
-        x, tf.constant(n, tf.uint32)
-    )  # noqa: E731
+
+    def shift(x, n):
+        return tf.bitwise.right_shift(x, tf.constant(n, tf.uint32))
+
     h = (h ^ shift(h, 16)) * tf.constant(0x85EBCA6B, tf.uint32)
     h = (h ^ shift(h, 13)) * tf.constant(0xC2B2AE35, tf.uint32)
     return h ^ shift(h, 16)

@@ -11,8 +11,7 @@ its config.
 
 import numpy as np
 
-from maskfit.sparse import distributions
-from maskfit.sparse import drop_and_grow
+from maskfit.sparse import distributions, drop_and_grow
 
 __all__ = ["random_keep_mask", "random_keep_masks"]
 

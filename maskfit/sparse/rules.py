@@ -27,10 +27,7 @@ import keras
 import tensorflow as tf
 
 from maskfit import paths
-from maskfit.sparse import allocation
-from maskfit.sparse import distributions
-from maskfit.sparse import drop_and_grow
-from maskfit.sparse import initial_masks
+from maskfit.sparse import allocation, distributions, drop_and_grow, initial_masks
 from maskfit.sparse import schedule as schedule_lib
 from maskfit.spec import rules
 
@@ -300,7 +297,9 @@ class SET(DynamicSparsity):
 
     def grow_scores(self, step, variable, weights, gradient):
         del gradient
-        return drop_and_grow.set_scores(weights.shape, self.seed, step, self._key(variable))
+        return drop_and_grow.set_scores(
+            weights.shape, self.seed, step, self._key(variable)
+        )
 
 
 @keras.saving.register_keras_serializable(package="maskfit")

@@ -4,9 +4,8 @@
 import keras
 
 from maskfit import paths as paths_lib
-from maskfit.spec import declare
+from maskfit.spec import declare, rules
 from maskfit.spec import masks as specs
-from maskfit.spec import rules
 
 __all__ = [
     "masks_from_config",
@@ -73,7 +72,11 @@ def rules_from_config(model, config):
     paths = paths_lib.layer_paths(model)
     checked = []
     for path, serialized in config.items():
-        layer = model if path == "" else paths_lib.layer_at(model, paths, path, "mask rules")
+        layer = (
+            model
+            if path == ""
+            else paths_lib.layer_at(model, paths, path, "mask rules")
+        )
         rule = keras.saving.deserialize_keras_object(serialized)
         if not isinstance(rule, rules.MaskRule):
             raise ValueError(

@@ -5,9 +5,8 @@ import weakref
 import keras
 
 from maskfit import internals
-from maskfit.spec import gate
+from maskfit.spec import gate, version
 from maskfit.spec import masks as specs
-from maskfit.spec import version
 
 __all__ = ["all_masked_layers", "get_mask", "masked_layers", "set_mask"]
 

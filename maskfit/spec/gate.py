@@ -12,8 +12,7 @@ import functools
 import tensorflow as tf
 
 from maskfit import internals
-from maskfit.units import layout
-from maskfit.units import probe
+from maskfit.units import layout, probe
 
 __all__ = ["install", "set_values"]
 

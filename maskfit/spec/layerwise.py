@@ -8,10 +8,8 @@ import keras
 import numpy as np
 
 from maskfit import internals
-from maskfit.spec.declare import get_mask
-from maskfit.spec.declare import set_mask
-from maskfit.spec.masks import ElementMask
-from maskfit.spec.masks import OutputMask
+from maskfit.spec.declare import get_mask, set_mask
+from maskfit.spec.masks import ElementMask, OutputMask
 from maskfit.spec.schedule import PiecewiseMask
 
 __all__ = ["LayerwiseBlock", "layerwise_decay"]

@@ -29,8 +29,7 @@ import collections
 
 import keras
 
-from maskfit import checks
-from maskfit import internals
+from maskfit import checks, internals
 from maskfit.spec import version
 
 __all__ = [
@@ -165,7 +164,7 @@ class MaskRule(abc.ABC):
         """
         return [self.keep_mask(step, w, p) for w, p in zip(weights, protected)]
 
-    def observe_gradients(self, step, variables, gradients):
+    def observe_gradients(self, step, variables, gradients):  # noqa: B027 (optional hook)
         """In every training step: the covered variables' gradients, before masking.
 
         Called only for a rule whose `observes_gradients` is True, right

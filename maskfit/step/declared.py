@@ -19,7 +19,16 @@ __all__ = ["DeclaredMask", "MaskEntry", "resolve_declared", "resolve_masks"]
 class DeclaredMask(
     collections.namedtuple(
         "DeclaredMask",
-        ["layer", "kind", "indices", "table", "boundaries", "backprop", "layouts", "scale"],
+        [
+            "layer",
+            "kind",
+            "indices",
+            "table",
+            "boundaries",
+            "backprop",
+            "layouts",
+            "scale",
+        ],
     )
 ):
     """One declared mask, shared by the variables it covers.
@@ -108,9 +117,11 @@ def _element_masks(layer, spec, position):
                 indices.append(index)
             if len(masks) == interval:
                 rank = len(variable.shape)
-                masks.append(np.asarray(mask, np.float32).reshape(
-                    (1,) * (rank - np.ndim(mask)) + np.shape(mask)
-                ))
+                masks.append(
+                    np.asarray(mask, np.float32).reshape(
+                        (1,) * (rank - np.ndim(mask)) + np.shape(mask)
+                    )
+                )
     declared = {}
     for key, (indices, masks) in grouped.items():
         shape = tuple(max(sizes) for sizes in zip(*(m.shape for m in masks)))

@@ -29,8 +29,7 @@ import tensorflow as tf
 
 from maskfit import paths
 from maskfit.optim import rebuild
-from maskfit.spec import declare
-from maskfit.spec import rules
+from maskfit.spec import declare, rules
 from maskfit.step import masker as masker_lib
 from maskfit.step import split as split_lib
 
@@ -195,7 +194,9 @@ class StepLifecycle:
         """
         with tf.init_scope():
             masker = self._new_masker(variables)
-            masker.sync(optimizer_step(self._model), self._span(), fresh=True, prepared=False)
+            masker.sync(
+                optimizer_step(self._model), self._span(), fresh=True, prepared=False
+            )
             self.load_pending_keeps()
         self.phase = TRACE if masker.has_rules else READY
         return masker
@@ -265,5 +266,7 @@ class StepLifecycle:
             return True
         masked = set(masker.masked_indices)
         learning = set(masker.learning_at(step - 1)) if step > 0 else set()
-        fresh = [v for i, v in enumerate(variables) if i in masked and i not in learning]
+        fresh = [
+            v for i, v in enumerate(variables) if i in masked and i not in learning
+        ]
         return rebuild.rebuild(optimizer, active, fresh=fresh)

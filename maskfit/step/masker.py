@@ -15,9 +15,8 @@ import tensorflow as tf
 from maskfit.spec import rules as rules_lib
 from maskfit.spec import version
 from maskfit.step import declared as declared_lib
-from maskfit.step import mask_state
+from maskfit.step import mask_state, rule_stage
 from maskfit.step import plan as plan_lib
-from maskfit.step import rule_stage
 from maskfit.step import update as update_lib
 
 __all__ = ["FUSE_MIN_ENTRIES", "GradientMasker"]
@@ -131,7 +130,12 @@ class GradientMasker:
         ruled = sorted(i for group in groups for i in group.indices)
         retrace = (
             self._masks.sync(
-                declared, ruled, self._rules.keeps, self._variables, step, self._skip_frozen
+                declared,
+                ruled,
+                self._rules.keeps,
+                self._variables,
+                step,
+                self._skip_frozen,
             )
             or retrace
         )
@@ -199,7 +203,12 @@ class GradientMasker:
     def prepare(self, step, optimizer, settle, xla=False):
         """Outside the step, before a call at optimizer `step` (`RuleStage.prepare`)."""
         return self.rules.prepare(
-            step, optimizer, self.plan.frozen, self._masks.declared_current(), settle, xla
+            step,
+            optimizer,
+            self.plan.frozen,
+            self._masks.declared_current(),
+            settle,
+            xla,
         )
 
     def fusing_pays(self):
@@ -254,7 +263,13 @@ class GradientMasker:
         return gradients
 
     def apply(
-        self, optimizer, gradients, masked=True, static=False, fuse=False, mask_first=False
+        self,
+        optimizer,
+        gradients,
+        masked=True,
+        static=False,
+        fuse=False,
+        mask_first=False,
     ):
         """Runs `optimizer.apply` on the planned variables; frozen entries stay exact.
 
@@ -295,7 +310,13 @@ class GradientMasker:
             if mask_first:
                 gradients = self.active(self.mask_gradients(self.spread(gradients)))
             update_lib.apply_guarded(
-                optimizer, gradients, variables, self.active(variables), guards, masks, rates
+                optimizer,
+                gradients,
+                variables,
+                self.active(variables),
+                guards,
+                masks,
+                rates,
             )
 
         if fuse and (guards or (mask_first and masks)):

@@ -68,7 +68,11 @@ class VariableNeeds(
             guarded.append(bool(np.any(zero)))
             scaled.append(scales_steps and bool(np.any(~zero & (mask != 1))))
         return cls(
-            tuple(boundaries), tuple(frozen), tuple(masked), tuple(guarded), tuple(scaled)
+            tuple(boundaries),
+            tuple(frozen),
+            tuple(masked),
+            tuple(guarded),
+            tuple(scaled),
         )
 
     @classmethod
@@ -130,7 +134,9 @@ class StepPlan(
             (self.scaled, other.scaled),
         )
         return all(
-            mine[i] != NEVER or theirs[i] == NEVER for mine, theirs in pairs for i in mine
+            mine[i] != NEVER or theirs[i] == NEVER
+            for mine, theirs in pairs
+            for i in mine
         )
 
 
@@ -159,7 +165,9 @@ def plan_steps(needs, start, span, total=None):
     """
     stop = start + max(int(span), 1) - 1
     frozen = frozenset(
-        i for i, n in needs.items() if all(n.frozen[k] for k in n.intervals(start, stop))
+        i
+        for i, n in needs.items()
+        if all(n.frozen[k] for k in n.intervals(start, stop))
     )
     frozen = _keep_one(frozen, total)
     # The plan ends where any variable turns fully frozen or back after its
@@ -168,7 +176,9 @@ def plan_steps(needs, start, span, total=None):
     valid_until = None
     before = frozenset(i for i, n in needs.items() if n.frozen[n.interval(stop)])
     before = _keep_one(before, total)
-    for boundary in sorted({b for n in needs.values() for b in n.boundaries if b > stop}):
+    for boundary in sorted(
+        {b for n in needs.values() for b in n.boundaries if b > stop}
+    ):
         now = frozenset(i for i, n in needs.items() if n.frozen[n.interval(boundary)])
         now = _keep_one(now, total)
         if now != before:

@@ -16,8 +16,7 @@ import tensorflow as tf
 from maskfit import internals
 from maskfit.optim import traits
 from maskfit.paths import handle
-from maskfit.step import rule_state
-from maskfit.step import rule_update
+from maskfit.step import rule_state, rule_update
 
 __all__ = ["RuleStage"]
 
@@ -49,7 +48,8 @@ class RuleStage:
         """
         regrowing = self.state.regrowing_indices(range(len(self.state.groups)))
         self._fresh = {
-            i: traits.fresh_state(optimizer, self._variables[i]) for i in sorted(regrowing)
+            i: traits.fresh_state(optimizer, self._variables[i])
+            for i in sorted(regrowing)
         }
 
     def due(self, step):
@@ -116,7 +116,9 @@ class RuleStage:
                 if gradients[i] is not None and i not in frozen
             ]
             if pairs:
-                group.rule.observe_gradients(step, [v for v, _ in pairs], [g for _, g in pairs])
+                group.rule.observe_gradients(
+                    step, [v for v, _ in pairs], [g for _, g in pairs]
+                )
 
     def after_update(self, step, optimizer, frozen, declared, gradients):
         """After the update: the rules that read the step's gradients.

@@ -11,12 +11,10 @@ which rules a step traced at a given optimizer step must run (`in_step_from`,
 import numpy as np
 import tensorflow as tf
 
-from maskfit import internals
-from maskfit import paths
+from maskfit import internals, paths
 from maskfit.optim import traits
 from maskfit.spec import rules
-from maskfit.step import mask_state
-from maskfit.step import rule_update
+from maskfit.step import mask_state, rule_update
 
 __all__ = ["RuleState"]
 
@@ -125,7 +123,9 @@ class RuleState:
         """The rules of `in_step` that run before the forward pass (False) or after
         the gradients (True)."""
         return frozenset(
-            n for n in self.in_step if self.groups[n].rule.uses_gradients == uses_gradients
+            n
+            for n in self.in_step
+            if self.groups[n].rule.uses_gradients == uses_gradients
         )
 
     def regrowing_indices(self, numbers):

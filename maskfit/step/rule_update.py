@@ -90,14 +90,20 @@ def apply(
 
             def update(rule=rule, indices=indices):
                 entries = [
-                    (variables[i], i, declared.get(i), state.get(i, ())) for i in indices
+                    (variables[i], i, declared.get(i), state.get(i, ()))
+                    for i in indices
                 ]
                 summed = None
                 if rule.uses_gradients:
                     summed = [_summed(distribution, gradients[i]) for i in indices]
                 ops = _update_group(
-                        rules,
-                    distribution, rule, current_step, entries, summed, fresh or {}
+                    rules,
+                    distribution,
+                    rule,
+                    current_step,
+                    entries,
+                    summed,
+                    fresh or {},
                 )
                 with tf.control_dependencies(ops):
                     return tf.constant(True)
@@ -235,7 +241,9 @@ def _assign(rules, distribution, rule, entries, olds, kept, fresh):
         if rule.regrows:
             grown = tf.logical_and(keep, tf.logical_not(old))
         ops += tf.nest.flatten(
-            distribution.extended.update(keep_variable, assign, args=(keep,), group=False)
+            distribution.extended.update(
+                keep_variable, assign, args=(keep,), group=False
+            )
         )
         for target in (variable,) + tuple(state):
             ops += tf.nest.flatten(

@@ -17,9 +17,9 @@ import tensorflow as tf
 from maskfit import internals
 from maskfit.optim import traits
 from maskfit.optim.rates import scaled_learning_rates
+from maskfit.paths import handle as variable_handle
 from maskfit.step import mask_state
 from maskfit.step import plan as plan_lib
-from maskfit.paths import handle as variable_handle
 
 __all__ = ["Guard", "apply_guarded", "guards", "pinned", "restore", "snapshot"]
 
@@ -120,7 +120,9 @@ def restore(optimizer, variables, snapshots, masks):
             keep = None if entry is None else entry.keep
             args += () if keep is None else (keep,)
 
-            def put_back(target, *values, entry=entry, needed=needed, restores=value is not None):
+            def put_back(
+                target, *values, entry=entry, needed=needed, restores=value is not None
+            ):
                 def assign():
                     new = tf.convert_to_tensor(target)
                     if restores:

@@ -10,12 +10,8 @@ import keras
 import numpy as np
 
 from maskfit.units import probe as probe_lib
-from maskfit.units.declaration import SHARED
-from maskfit.units.declaration import OutputUnits
-from maskfit.units.declaration import refusal
-from maskfit.units.declaration import units_along
-from maskfit.units.keras_tables import channel_axis
-from maskfit.units.keras_tables import present
+from maskfit.units.declaration import SHARED, OutputUnits, refusal, units_along
+from maskfit.units.keras_tables import channel_axis, present
 
 __all__ = ["NESTED", "TABLE"]
 

@@ -16,10 +16,7 @@ import keras
 
 from maskfit import internals
 from maskfit.units import probe as probe_lib
-from maskfit.units.declaration import SHARED
-from maskfit.units.declaration import OutputUnits
-from maskfit.units.declaration import refusal
-from maskfit.units.declaration import units_along
+from maskfit.units.declaration import SHARED, OutputUnits, refusal, units_along
 from maskfit.units.keras_layers import LAYERS
 
 __all__ = ["NESTED", "TABLE", "channel_axis", "present", "units_from_config"]

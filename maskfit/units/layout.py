@@ -14,8 +14,7 @@ import tensorflow as tf
 from maskfit import internals
 from maskfit.units import lookup
 from maskfit.units import probe as probe_lib
-from maskfit.units.declaration import SHARED
-from maskfit.units.declaration import refusal
+from maskfit.units.declaration import SHARED, refusal
 
 __all__ = ["LayerUnits", "UnitLayout", "layer_units", "output_segments"]
 

@@ -13,11 +13,8 @@ import inspect
 
 import keras
 
-from maskfit.units import keras_recurrent
-from maskfit.units import keras_tables
-from maskfit.units.declaration import DECLARATION_METHOD
-from maskfit.units.declaration import OutputUnits
-from maskfit.units.declaration import refusal
+from maskfit.units import keras_recurrent, keras_tables
+from maskfit.units.declaration import DECLARATION_METHOD, OutputUnits, refusal
 
 __all__ = [
     "declaring_function",

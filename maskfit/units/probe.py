@@ -310,17 +310,23 @@ def check(layer, units, probes, owners):
         cases = [
             (
                 owned & multi,
-                lambda p: "affects several output units but is declared"
-                f" to belong to unit {declared[p]}",
+                lambda p, declared=declared: (
+                    "affects several output units but is declared"
+                    f" to belong to unit {declared[p]}"
+                ),
             ),
             (
                 owned & reached & ~multi & (unit != declared),
-                lambda p: "is declared to"
-                f" belong to unit {declared[p]} but affects only unit {unit[p]}",
+                lambda p, declared=declared, unit=unit: (
+                    "is declared to"
+                    f" belong to unit {declared[p]} but affects only unit {unit[p]}"
+                ),
             ),
             (
                 ~owned & reached & ~multi,
-                lambda p: "is declared shared but affects" f" only unit {unit[p]}",
+                lambda p, unit=unit: (
+                    f"is declared shared but affects only unit {unit[p]}"
+                ),
             ),
         ]
         for bad, say in cases:

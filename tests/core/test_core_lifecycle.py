@@ -19,14 +19,18 @@ def _model(rule=False, schedule=False):
         spec = maskfit.PiecewiseMask([3], [maskfit.OutputMask([0, 0]), spec])
     maskfit.set_mask(head, spec)
     if rule:
-        pruning.prune_low_magnitude([body], pruning.ConstantSparsity(0.5, 0, frequency=2))
+        pruning.prune_low_magnitude(
+            [body], pruning.ConstantSparsity(0.5, 0, frequency=2)
+        )
     model.compile(optimizer=keras.optimizers.Adam(0.1), loss="mse")
     return model
 
 
 def _data(n=8):
     rng = np.random.default_rng(0)
-    return rng.normal(size=(n, 3)).astype("float32"), rng.normal(size=(n, 2)).astype("float32")
+    return rng.normal(size=(n, 3)).astype("float32"), rng.normal(size=(n, 2)).astype(
+        "float32"
+    )
 
 
 def test_a_model_without_rules_is_ready_after_make():
@@ -84,7 +88,9 @@ def test_a_subclassed_model_is_planned_inside_its_first_trace():
     class Net(maskfit.MaskedModel):
         def __init__(self):
             super().__init__()
-            self.head = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([1, 0]))
+            self.head = maskfit.set_mask(
+                keras.layers.Dense(2), maskfit.OutputMask([1, 0])
+            )
 
         def call(self, x):
             return self.head(x)

@@ -4,7 +4,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import maskfit
 from maskfit.step import declared as declared_lib
@@ -87,7 +88,10 @@ def test_resolve_declared_for_output_element_and_scheduled_masks():
 
 def test_two_masks_on_one_variable_are_refused():
     a = _dense()
-    specs = [(a, maskfit.ElementMask({"kernel": 1})), (a, maskfit.OutputMask([1, 1, 1]))]
+    specs = [
+        (a, maskfit.ElementMask({"kernel": 1})),
+        (a, maskfit.OutputMask([1, 1, 1])),
+    ]
     with pytest.raises(ValueError, match="covered by the mask of layer 'd' and by"):
         declared_lib.resolve_declared(specs, a.trainable_weights)
 
@@ -121,7 +125,8 @@ def test_mask_state_selects_the_interval_in_a_traced_function():
             (
                 a,
                 maskfit.PiecewiseMask(
-                    [2, 4], [maskfit.OutputMask(v) for v in ([0, 0, 0], [1, 0, 0], [1, 1, 1])]
+                    [2, 4],
+                    [maskfit.OutputMask(v) for v in ([0, 0, 0], [1, 0, 0], [1, 1, 1])],
                 ),
             )
         ],
@@ -153,9 +158,13 @@ def test_mask_states_retrace_only_when_the_structure_changes():
     np.testing.assert_array_equal(current.numpy(), [0, 1, 1])
     assert not sync([])  # removed: all ones, no retrace
     np.testing.assert_array_equal(current.numpy(), [1, 1, 1])
-    assert sync([(a, maskfit.OutputMask([1, 0, 1])), (b, maskfit.ElementMask({"bias": 0.5}))])
+    assert sync(
+        [(a, maskfit.OutputMask([1, 0, 1])), (b, maskfit.ElementMask({"bias": 0.5}))]
+    )
     # An element mask that freezes its variable whole is never read in the step.
-    assert sync([(a, maskfit.OutputMask([1, 0, 1])), (b, maskfit.ElementMask({"bias": 0}))])
+    assert sync(
+        [(a, maskfit.OutputMask([1, 0, 1])), (b, maskfit.ElementMask({"bias": 0}))]
+    )
     bias = states.by_index[3]
     assert bias.state is None
     assert states.needs[3].frozen == (True,)

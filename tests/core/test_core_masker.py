@@ -34,7 +34,9 @@ def test_a_variable_frozen_whole_is_left_out_and_counted_back_when_it_learns():
     masker, _, head = _masker()
     maskfit.set_mask(
         head,
-        maskfit.PiecewiseMask([4], [maskfit.OutputMask([0, 0]), maskfit.OutputMask([1, 1])]),
+        maskfit.PiecewiseMask(
+            [4], [maskfit.OutputMask([0, 0]), maskfit.OutputMask([1, 1])]
+        ),
     )
     masker.sync(0)
     assert masker.plan.frozen == {2, 3} and masker.plan.valid_until == 4

@@ -4,8 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from maskfit import checks
-from maskfit import paths
+from maskfit import checks, paths
 
 
 def test_variable_keys_follow_layer_names_not_name_scopes():
@@ -16,7 +15,12 @@ def test_variable_keys_follow_layer_names_not_name_scopes():
     inputs = keras.Input((2,))
     model = keras.Model(inputs, keras.layers.Dense(1, name="dense_out")(inner(inputs)))
     keys = paths.variable_keys(model, model.trainable_variables)
-    assert keys == ["encoder/dense/kernel", "encoder/dense/bias", "dense_out/kernel", "dense_out/bias"]
+    assert keys == [
+        "encoder/dense/kernel",
+        "encoder/dense/bias",
+        "dense_out/kernel",
+        "dense_out/bias",
+    ]
 
 
 def test_variables_that_would_share_a_key_are_numbered():
@@ -49,7 +53,9 @@ def test_is_integer_and_is_real():
 def test_find_variable_wants_exactly_one_match():
     layer = keras.layers.MultiHeadAttention(2, 2)
     layer(np.zeros((1, 3, 4), "float32"), np.zeros((1, 3, 4), "float32"))
-    found = checks.find_variable(layer, "query/kernel", layer.trainable_weights, "ElementMask")
+    found = checks.find_variable(
+        layer, "query/kernel", layer.trainable_weights, "ElementMask"
+    )
     assert found is layer.query_dense.kernel
     with pytest.raises(ValueError, match="matches several"):
         checks.find_variable(layer, "kernel", layer.trainable_weights, "ElementMask")

@@ -1,7 +1,8 @@
 """Unit tests of `maskfit.step.plan`: what a compiled step does, planned on the host."""
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from maskfit.step import plan as plan_lib
 from maskfit.step.plan import ALWAYS, NEVER, SOMETIMES, VariableNeeds, plan_steps
@@ -27,7 +28,9 @@ def test_a_mask_of_zeros_with_shared_entries_is_not_frozen():
 
 
 def test_a_ruled_variable_is_masked_and_guarded_always():
-    assert VariableNeeds.ruled() == VariableNeeds((), (False,), (True,), (True,), (False,))
+    assert VariableNeeds.ruled() == VariableNeeds(
+        (), (False,), (True,), (True,), (False,)
+    )
     declared = needs((4,), [0, 0], [1, 1])
     ruled = VariableNeeds.ruled(declared)
     assert ruled.frozen == declared.frozen
@@ -80,7 +83,9 @@ _masks = st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=1, max_size=3)
 @st.composite
 def _schedules(draw):
     count = draw(st.integers(1, 3))
-    boundaries = sorted(draw(st.sets(st.integers(1, 30), min_size=count - 1, max_size=count - 1)))
+    boundaries = sorted(
+        draw(st.sets(st.integers(1, 30), min_size=count - 1, max_size=count - 1))
+    )
     masks = [draw(_masks) for _ in range(len(boundaries) + 1)]
     width = max(len(m) for m in masks)
     masks = [(m * width)[:width] for m in masks]
@@ -114,5 +119,7 @@ def test_a_plan_holds_for_every_step_it_covers(schedules, start, span):
                 assert plan.guarded[i] != NEVER
     if plan.valid_until is not None:
         before = {i for i, n in all_needs.items() if n.frozen[n.interval(stop)]}
-        after = {i for i, n in all_needs.items() if n.frozen[n.interval(plan.valid_until)]}
+        after = {
+            i for i, n in all_needs.items() if n.frozen[n.interval(plan.valid_until)]
+        }
         assert before != after

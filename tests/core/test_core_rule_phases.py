@@ -60,7 +60,9 @@ class Record(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         model = self.model
         keep = model_lib.keep_masks(model)[0]
-        moments = [s.numpy() for s in traits.state_of(model.optimizer, self.layer.kernel)]
+        moments = [
+            s.numpy() for s in traits.state_of(model.optimizer, self.layer.kernel)
+        ]
         self.steps.append((keep.copy(), self.layer.kernel.numpy(), moments))
 
 
@@ -70,9 +72,14 @@ def test_a_rule_starts_sparse_updates_after_the_step_and_regrows_fresh(mode):
     body = keras.layers.Dense(4, name="body")
     model = maskfit.MaskedModel(inputs, keras.layers.Dense(2)(body(inputs)))
     rules.set_rule(body, TinyRigL(at=2))
-    model.compile(optimizer=keras.optimizers.AdamW(0.1, weight_decay=0.1), loss="mse", **mode)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(0.1, weight_decay=0.1), loss="mse", **mode
+    )
     rng = np.random.default_rng(0)
-    x, y = rng.normal(size=(20, 3)).astype("float32"), rng.normal(size=(20, 2)).astype("float32")
+    x, y = (
+        rng.normal(size=(20, 3)).astype("float32"),
+        rng.normal(size=(20, 2)).astype("float32"),
+    )
     record = Record(body)
     model.fit(x, y, batch_size=4, shuffle=False, verbose=0, callbacks=[record])
     keeps = [k for k, _, _ in record.steps]
@@ -85,7 +92,7 @@ def test_a_rule_starts_sparse_updates_after_the_step_and_regrows_fresh(mode):
     grown = keeps[2] & ~keeps[1]
     dropped = keeps[1] & ~keeps[2]
     assert grown.sum() == dropped.sum() == 1
-    for keep, kernel, moments in record.steps:
+    for keep, kernel, _moments in record.steps:
         assert np.all(kernel[~keep] == 0)
     # Right after the update step a grown entry is 0, with fresh (0) moments;
     _, kernel, moments = record.steps[2]
@@ -104,5 +111,7 @@ def test_a_rule_that_returns_a_wrong_initial_mask_is_one_clear_error():
     model = maskfit.MaskedModel(inputs, body(inputs))
     rules.set_rule(body, Wrong())
     model.compile(optimizer="adam", loss="mse")
-    with pytest.raises(ValueError, match=r"initial_keep_masks returned a mask of shape \(2, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"initial_keep_masks returned a mask of shape \(2, 2\)"
+    ):
         model.fit(np.ones((4, 3)), np.ones((4, 4)), verbose=0)

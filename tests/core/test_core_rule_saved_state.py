@@ -34,7 +34,7 @@ class SumGradients(rules.MaskRule):
         return {"gradient sum": self._sums[id(layer)]}
 
     def observe_gradients(self, step, variables, gradients):
-        for layer_id, total in self._sums.items():
+        for _layer_id, total in self._sums.items():
             total.assign_add(tf.convert_to_tensor(gradients[0]))
 
     def get_config(self):
@@ -45,7 +45,9 @@ def _model(rule=True):
     keras.utils.set_random_seed(2)
     inputs = keras.Input((3,))
     body = keras.layers.Dense(4, name="body")
-    model = maskfit.MaskedModel(inputs, keras.layers.Dense(2, name="head")(body(inputs)))
+    model = maskfit.MaskedModel(
+        inputs, keras.layers.Dense(2, name="head")(body(inputs))
+    )
     if rule:
         rule = SumGradients()
         rules.set_rule(body, rule)
@@ -56,7 +58,9 @@ def _model(rule=True):
 
 def _data():
     rng = np.random.default_rng(0)
-    return rng.normal(size=(8, 3)).astype("float32"), rng.normal(size=(8, 2)).astype("float32")
+    return rng.normal(size=(8, 3)).astype("float32"), rng.normal(size=(8, 2)).astype(
+        "float32"
+    )
 
 
 def test_rule_state_is_saved_and_loaded_with_the_model(tmp_path):
@@ -87,5 +91,7 @@ def test_rule_state_without_its_rule_is_one_clear_error(tmp_path):
     model = _model()
     model.save_weights(tmp_path / "m.weights.h5")
     plain = _model(rule=False)
-    with pytest.raises(ValueError, match="state 'gradient sum' of a mask rule on layer 'body'"):
+    with pytest.raises(
+        ValueError, match="state 'gradient sum' of a mask rule on layer 'body'"
+    ):
         plain.load_weights(tmp_path / "m.weights.h5")

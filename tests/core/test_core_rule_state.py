@@ -9,11 +9,7 @@ import maskfit
 from maskfit import paths
 from maskfit.optim import traits
 from maskfit.spec import rules
-from maskfit.step import declared
-from maskfit.step import mask_state
-from maskfit.step import rule_state
-from maskfit.step import rule_update
-from maskfit.step import update
+from maskfit.step import declared, mask_state, rule_state, rule_update, update
 
 
 class KeepPositive(rules.MaskRule):
@@ -118,7 +114,9 @@ def test_a_bound_that_is_not_an_integer_is_one_type_error():
     layer = _layer()
     state, groups = _state(layer, KeepPositive(updates=(0, 2.5)))
     state.update(groups, layer.trainable_weights)
-    with pytest.raises(TypeError, match=r"KeepPositive on layer 'd': last_update_step\(\) must.*2.5"):
+    with pytest.raises(
+        TypeError, match=r"KeepPositive on layer 'd': last_update_step\(\) must.*2.5"
+    ):
         state.in_step_from(0, prepared=True)
 
 
@@ -203,8 +201,15 @@ def test_a_rule_that_reads_gradients_regrows_an_entry_with_fresh_state():
     gradients = [tf.constant([[0.1, 0.2, 0.3], [0.4, 0.5, 9.0]]), None]
     fresh = {0: traits.fresh_state(optimizer, layer.kernel)}
     handles = [paths.handle(v) for v in variables]
-    rule_update.apply(state, tf.constant(3, tf.int64), handles, frozen=frozenset(),
-                      declared={}, gradients=gradients, fresh=fresh)
+    rule_update.apply(
+        state,
+        tf.constant(3, tf.int64),
+        handles,
+        frozen=frozenset(),
+        declared={},
+        gradients=gradients,
+        fresh=fresh,
+    )
     keep = state.keeps[0].numpy()
     # |w| smallest kept was 1.0 at (0, 0); the largest gradient among inactive is (1, 2).
     np.testing.assert_array_equal(keep, [[False, True, True], [True, True, True]])
@@ -213,8 +218,9 @@ def test_a_rule_that_reads_gradients_regrows_an_entry_with_fresh_state():
         accumulator.numpy(), np.float32([[5.0, 5.0, 5.0], [5.0, 5.0, 0.1]])
     )
     # Not in another step:
-    rule_update.apply(state, tf.constant(4, tf.int64), handles, frozenset(), {},
-                      gradients=gradients)
+    rule_update.apply(
+        state, tf.constant(4, tf.int64), handles, frozenset(), {}, gradients=gradients
+    )
     np.testing.assert_array_equal(state.keeps[0].numpy(), keep)
 
 

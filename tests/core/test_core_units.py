@@ -6,11 +6,8 @@ import pytest
 import tensorflow as tf
 
 import maskfit
-from maskfit.units import layout
-from maskfit.units import lookup
-from maskfit.units import probe
-from maskfit.units.declaration import OutputUnits
-from maskfit.units.declaration import units_along
+from maskfit.units import layout, lookup, probe
+from maskfit.units.declaration import OutputUnits, units_along
 
 
 def _built(layer, shape=(None, 3)):
@@ -24,13 +21,17 @@ class MyDense(keras.layers.Dense):
 
 class Declares(keras.layers.Dense):
     def maskfit_output_units(self):
-        return OutputUnits(self.units, {"kernel": units_along(-1), "bias": units_along(0)})
+        return OutputUnits(
+            self.units, {"kernel": units_along(-1), "bias": units_along(0)}
+        )
 
 
 def test_a_builtin_layer_uses_the_table_and_a_subclass_is_refused_with_the_fix():
     assert lookup.declaring_function(keras.layers.Dense) is not None
     assert lookup.declaring_function(MyDense) is None
-    with pytest.raises(ValueError, match=r"register_output_units\(MyDense, keras.layers.Dense\)"):
+    with pytest.raises(
+        ValueError, match=r"register_output_units\(MyDense, keras.layers.Dense\)"
+    ):
         lookup.has_declaration(_built(MyDense(2)))
 
 
@@ -81,6 +82,7 @@ def test_layer_units_are_cached_until_the_declaration_changes():
     layer = _built(keras.layers.Dense(3))
     first = layout.layer_units(layer)
     assert layout.layer_units(layer) is first
+
     def declare(l):
         return OutputUnits(l.units, {"kernel": units_along(-1), "bias": units_along(0)})
 
@@ -95,7 +97,8 @@ def test_a_layout_expands_unit_values_onto_its_variable():
     unit_layout = layout.UnitLayout(np.array([[0, 1, 2, 3]]), 3)  # entry 3 is shared
     assert unit_layout.has_shared
     np.testing.assert_array_equal(
-        unit_layout.expand(np.array([0.0, 0.5, 1.0], np.float32)).numpy(), [[0, 0.5, 1, 1]]
+        unit_layout.expand(np.array([0.0, 0.5, 1.0], np.float32)).numpy(),
+        [[0, 0.5, 1, 1]],
     )
     np.testing.assert_array_equal(unit_layout.shared, [[False, False, False, True]])
     plain = layout.UnitLayout(np.arange(3).reshape(1, 3), 3)
@@ -118,7 +121,9 @@ def test_the_probe_refuses_a_declaration_the_gradients_contradict():
     class Wrong(keras.layers.Dense):
         def maskfit_output_units(self):
             # Rows are not units: the kernel's column u feeds unit u.
-            return OutputUnits(self.units, {"kernel": units_along(0), "bias": units_along(0)})
+            return OutputUnits(
+                self.units, {"kernel": units_along(0), "bias": units_along(0)}
+            )
 
     layer = _built(Wrong(3))
     with pytest.raises(ValueError, match="disagree with its gradients"):
@@ -134,5 +139,7 @@ def test_the_probe_knows_which_errors_mean_a_kernel_runs_only_under_xla():
     ):
         error = tf.errors.InvalidArgumentError(None, None, message)
         assert probe.runs_only_under_xla(error)
-    assert not probe.runs_only_under_xla(tf.errors.InvalidArgumentError(None, None, "shape"))
+    assert not probe.runs_only_under_xla(
+        tf.errors.InvalidArgumentError(None, None, "shape")
+    )
     assert not probe.runs_only_under_xla(ValueError("NHWC"))

@@ -52,7 +52,10 @@ MASKED_REWRITES = (
         r"^from keras\.src\.models\.model import Model$",
         "from maskfit import MaskedModel as Model",
     ),
-    (r"^from keras\.src\.models import Model$", "from maskfit import MaskedModel as Model"),
+    (
+        r"^from keras\.src\.models import Model$",
+        "from maskfit import MaskedModel as Model",
+    ),
     (
         r"^from keras\.src\.models(\.sequential)? import Sequential$",
         "from maskfit import MaskedSequential as Sequential",
@@ -91,7 +94,9 @@ def _copy_tests(target, masked):
         source = _rewrite(source, rewrites)
         if masked:
             if "maskfit" not in source:
-                raise RuntimeError(f"No reference to keras.Model was rewritten in {relative}.")
+                raise RuntimeError(
+                    f"No reference to keras.Model was rewritten in {relative}."
+                )
             source = "import maskfit  # noqa: F401\n" + source
         name = relative.replace("/", "__")
         with open(os.path.join(target, name), "w") as f:
@@ -118,9 +123,22 @@ def _outcomes(report):
 def _run(folder, names, extra):
     report = os.path.join(folder, "report.xml")
     command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-        "-W", "ignore", "--junitxml", report, "-o", "junit_family=xunit1",
-        "--rootdir", folder, *extra, *names,
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "ignore",
+        "--junitxml",
+        report,
+        "-o",
+        "junit_family=xunit1",
+        "--rootdir",
+        folder,
+        *extra,
+        *names,
     ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     subprocess.run(
@@ -136,8 +154,12 @@ def _run(folder, names, extra):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", help="where to write the copies (default: a temp dir)")
-    parser.add_argument("-k", dest="keyword", help="pytest -k expression, to run a subset")
+    parser.add_argument(
+        "--workdir", help="where to write the copies (default: a temp dir)"
+    )
+    parser.add_argument(
+        "-k", dest="keyword", help="pytest -k expression, to run a subset"
+    )
     args = parser.parse_args(argv)
     workdir = args.workdir or tempfile.mkdtemp(prefix="keras_suite_")
     extra = ["-k", args.keyword] if args.keyword else []

@@ -26,9 +26,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import maskfit  # noqa: E402
-from maskfit import distribute  # noqa: E402
+from maskfit import (
+    distribute,  # noqa: E402
+    pruning,  # noqa: E402
+)
 from maskfit import model as model_lib  # noqa: E402
-from maskfit import pruning  # noqa: E402
 from maskfit.backup import files as backup_files  # noqa: E402
 from maskfit.backup import state as backup_state  # noqa: E402
 from maskfit.optim import traits  # noqa: E402
@@ -160,7 +162,9 @@ def build(case):
             ],
         ),
     )
-    pruning.prune_low_magnitude(model, pruning_schedule=pruning.PolynomialDecay(**PRUNING))
+    pruning.prune_low_magnitude(
+        model, pruning_schedule=pruning.PolynomialDecay(**PRUNING)
+    )
     learning_rate = keras.optimizers.schedules.ExponentialDecay(0.02, 5, 0.8)
     model.compile(
         optimizer=keras.optimizers.AdamW(learning_rate, weight_decay=0.05),

@@ -45,7 +45,8 @@ def main(policy):
         model = maskfit.MaskedModel(inputs, head(body(inputs)))
         maskfit.set_mask(head, maskfit.OutputMask([1, 0, 1]))
         pruning.prune_low_magnitude(
-            model, pruning_schedule=pruning.PolynomialDecay(0.0, 0.75, 0, 6, frequency=2)
+            model,
+            pruning_schedule=pruning.PolynomialDecay(0.0, 0.75, 0, 6, frequency=2),
         )
         pruning.prune_low_magnitude(body, sparsity_m_by_n=(2, 4))
         model.compile(

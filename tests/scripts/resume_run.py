@@ -63,7 +63,9 @@ def build():
     # program plans at step 0.
     maskfit.set_mask(
         tail,
-        maskfit.PiecewiseMask([6], [maskfit.OutputMask([0, 0]), maskfit.OutputMask([1, 1])]),
+        maskfit.PiecewiseMask(
+            [6], [maskfit.OutputMask([0, 0]), maskfit.OutputMask([1, 1])]
+        ),
     )
     maskfit.set_mask(head, maskfit.OutputMask([1, 0]))
     maskfit.set_mask(

@@ -19,8 +19,10 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
+from absl import (
+    app,  # noqa: E402
+    flags,  # noqa: E402
+)
 
 
 def main():

@@ -39,7 +39,8 @@ def build():
     )
     # and two pruned kernels (their keep masks are saved).
     pruning.prune_low_magnitude(
-        [hidden, head], pruning_schedule=pruning.ConstantSparsity(0.5, begin_step=0, frequency=2)
+        [hidden, head],
+        pruning_schedule=pruning.ConstantSparsity(0.5, begin_step=0, frequency=2),
     )
     return model
 
