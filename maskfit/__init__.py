@@ -51,4 +51,4 @@ __all__ = [
     "units_along",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -26,3 +26,16 @@ def test_every_folder_of_maskfit_is_a_package_that_setuptools_finds():
     assert folders <= found, (
         f"not packages (add an __init__.py): {sorted(folders - found)}"
     )
+
+
+def test_the_version_is_written_once_and_the_changelog_names_it():
+    # setup.cfg reads `maskfit.__version__` (attr:), so a wheel cannot disagree.
+    with open(os.path.join(ROOT, "setup.cfg")) as f:
+        assert "version = attr: maskfit.__version__" in f.read()
+    with open(os.path.join(ROOT, "CHANGELOG.md")) as f:
+        entries = [line for line in f if line.startswith("## ")]
+    assert entries, "CHANGELOG.md has no '## <version> (<date>)' entry"
+    assert entries[0].split()[1] == maskfit.__version__, (
+        f"CHANGELOG.md's newest entry is {entries[0].strip()!r}; maskfit.__version__"
+        f" is {maskfit.__version__!r}: add an entry for it"
+    )

@@ -4,4 +4,7 @@
   need a restore; which keep a dropped entry at 0 by themselves).
 - `rebuild`: building an optimizer in place for another variable set,
   keeping the state of the variables it keeps.
+- `rates`: `scaled_learning_rates`, an optimizer stepping chosen variables at
+  its learning rate times a multiplier.
+- `rate_modes`: how each Keras optimizer class takes that multiplier.
 """
