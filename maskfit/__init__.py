@@ -11,7 +11,7 @@ if tuple(int(part) for part in _keras.__version__.split(".")[:2]) < _MIN_KERAS:
         f' {_keras.__version__}. Upgrade it with `pip install -U "keras>=3.10"`.'
     )
 
-from maskfit import distribute, layers, pruning, sparse
+from maskfit import distribute, layers, pruning, sparse, structured
 from maskfit.apply import apply_gradients
 from maskfit.backup import ExactBackupAndRestore
 from maskfit.gradients import custom_gradient, reduce_to_shape
@@ -45,6 +45,7 @@ __all__ = [
     "set_mask",
     "SHARED",
     "sparse",
+    "structured",
     "summary",
     "Summary",
     "SummaryRow",

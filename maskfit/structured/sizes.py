@@ -6,7 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from maskfit import internals
-from maskfit.pruning import keras_graph
+from maskfit.structured import keras_graph
 from maskfit.units.keras_layers import LAYERS as L
 
 __all__ = ["LayerSize", "SizeReport", "macs_of", "size_report"]

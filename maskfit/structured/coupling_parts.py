@@ -10,7 +10,7 @@ declaration.
 
 import numpy as np
 
-from maskfit.pruning.unit_nodes import TensorUnits
+from maskfit.structured.unit_nodes import TensorUnits
 from maskfit.units import layout as units_lib
 
 __all__ = [

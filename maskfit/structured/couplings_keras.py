@@ -13,16 +13,16 @@ import re
 
 import numpy as np
 
-from maskfit.pruning import couplings_passing as passing
-from maskfit.pruning.coupling_parts import (
+from maskfit.structured import couplings_passing as passing
+from maskfit.structured.coupling_parts import (
     no_units,
     own_units,
     read_units,
     unsupported,
     variable,
 )
-from maskfit.pruning.couplings import Coupling, Refused
-from maskfit.pruning.unit_nodes import TensorUnits
+from maskfit.structured.couplings import Coupling, Refused
+from maskfit.structured.unit_nodes import TensorUnits
 from maskfit.units import keras_tables
 from maskfit.units.keras_layers import LAYERS as L
 

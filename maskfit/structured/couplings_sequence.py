@@ -18,10 +18,10 @@ import keras
 import numpy as np
 
 from maskfit import internals
-from maskfit.pruning import couplings as couplings_lib
-from maskfit.pruning.coupling_parts import check_own, no_units, read_units, variable
-from maskfit.pruning.couplings import Coupling, Refused
-from maskfit.pruning.unit_nodes import TensorUnits
+from maskfit.structured import couplings as couplings_lib
+from maskfit.structured.coupling_parts import check_own, no_units, read_units, variable
+from maskfit.structured.couplings import Coupling, Refused
+from maskfit.structured.unit_nodes import TensorUnits
 from maskfit.units.keras_layers import LAYERS as L
 
 __all__ = ["TABLE"]
@@ -160,7 +160,7 @@ class TimeDistributed(Coupling):
         step_out = keras.KerasTensor(call.output_shape()[:1] + call.output_shape()[2:])
         units = dict(call.units)
         units[id(step_in)] = source
-        from maskfit.pruning import keras_graph
+        from maskfit.structured import keras_graph
 
         step = keras_graph.Call(
             inner, {"inputs": step_in}, [step_in], [step_out], (step_in,), {}

@@ -5,7 +5,7 @@ of the layer's variables belong to which unit nodes (the units it makes,
 the input channels it reads, per-channel parameters), which units pass
 through to its outputs, and what its config becomes once units are removed
 (`shrink_config`). Built-in Keras layers have theirs in
-`maskfit.pruning.couplings_keras` and `couplings_sequence`; a custom layer
+`maskfit.structured.couplings_keras` and `couplings_sequence`; a custom layer
 declares one with a `maskfit_unit_coupling(self)` method returning a
 `Coupling` (usually a `UnitCoupling`), or `register_coupling`. A layer with
 none is refused: every unit it reads stays.
@@ -201,9 +201,9 @@ class UnitCoupling(Coupling):
         self.input_axis = int(input_axis)
 
     def couple(self, call, graph):
-        from maskfit.pruning import coupling_parts as kinds
-        from maskfit.pruning import declared_check
-        from maskfit.pruning.unit_nodes import TensorUnits
+        from maskfit.structured import coupling_parts as kinds
+        from maskfit.structured import declared_check
+        from maskfit.structured.unit_nodes import TensorUnits
 
         layer = call.layer
         source = call.inputs[0] if call.inputs else None
@@ -296,7 +296,7 @@ _builtin = {}
 
 def _builtin_table():
     if not _builtin:
-        from maskfit.pruning import couplings_keras, couplings_sequence
+        from maskfit.structured import couplings_keras, couplings_sequence
 
         _builtin.update(couplings_keras.TABLE)
         _builtin.update(couplings_sequence.TABLE)

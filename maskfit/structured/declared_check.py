@@ -115,7 +115,7 @@ def check(layer, call, coupling):
     Args:
       call: the `CallUnits` of a call of `layer` (its input shape is used).
     """
-    from maskfit.pruning.couplings import _variable
+    from maskfit.structured.couplings import _variable
 
     shape = call.input_shape(0)
     axis = coupling.input_axis

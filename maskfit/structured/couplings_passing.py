@@ -14,9 +14,9 @@ unit they read.
 
 import numpy as np
 
-from maskfit.pruning import channel_map
-from maskfit.pruning.couplings import Coupling, Refused
-from maskfit.pruning.unit_nodes import TensorUnits
+from maskfit.structured import channel_map
+from maskfit.structured.couplings import Coupling, Refused
+from maskfit.structured.unit_nodes import TensorUnits
 from maskfit.units.keras_layers import LAYERS as L
 
 __all__ = ["TABLE"]
