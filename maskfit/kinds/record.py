@@ -86,10 +86,14 @@ _BUILTIN = {}
 def install(kinds):
     """Installs `{layer class: LayerKind}` as the built-in records (once).
 
+    Installing the same records again (maskfit imported again) does nothing.
+
     Raises:
-      ValueError: when records are installed a second time, or a class
+      ValueError: when other records are installed over them, or a class
         names a record that is not a `LayerKind`.
     """
+    if _BUILTIN == kinds:
+        return
     if _BUILTIN:
         raise ValueError(
             "maskfit's built-in layer kinds are installed once, when maskfit is"
