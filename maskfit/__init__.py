@@ -11,10 +11,11 @@ if tuple(int(part) for part in _keras.__version__.split(".")[:2]) < _MIN_KERAS:
         f' {_keras.__version__}. Upgrade it with `pip install -U "keras>=3.10"`.'
     )
 
-from maskfit import distribute, layers, pruning, sparse
+from maskfit import distribute, layers, pruning, sparse, structured
 from maskfit.apply import apply_gradients
 from maskfit.backup import ExactBackupAndRestore
 from maskfit.gradients import custom_gradient, reduce_to_shape
+from maskfit.kinds import builtin as _builtin_kinds
 from maskfit.model import MaskedModel, MaskedSequential
 from maskfit.spec.declare import get_mask, set_mask
 from maskfit.spec.layerwise import LayerwiseBlock, layerwise_decay
@@ -23,6 +24,10 @@ from maskfit.spec.schedule import PiecewiseMask
 from maskfit.summary import Summary, SummaryRow, summary
 from maskfit.units.declaration import SHARED, OutputUnits, units_along
 from maskfit.units.lookup import register_output_units
+
+# What maskfit knows about each Keras layer class, one record per class,
+# registered once for units, pruning and structured pruning to look up.
+_builtin_kinds.install()
 
 __all__ = [
     "apply_gradients",
@@ -45,6 +50,7 @@ __all__ = [
     "set_mask",
     "SHARED",
     "sparse",
+    "structured",
     "summary",
     "Summary",
     "SummaryRow",

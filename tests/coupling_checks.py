@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 from keras_versions import call_or_xla
 
-from maskfit.pruning import keras_graph
+from maskfit.structured import keras_graph
 
 
 def _random_arguments(call, rng):

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from keras_versions import call_or_xla
 
-from maskfit.pruning import unit_choice
+from maskfit.structured import unit_choice
 
 L = keras.layers
 

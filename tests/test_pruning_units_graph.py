@@ -6,7 +6,7 @@ import pytest
 import structured_models as models
 
 import maskfit
-from maskfit.pruning import keras_graph
+from maskfit.structured import keras_graph
 
 pruning = maskfit.pruning
 L = keras.layers
@@ -275,7 +275,7 @@ def test_register_coupling_for_a_subclass_of_a_keras_layer():
 def test_the_docstring_examples_run():
     import doctest
 
-    from maskfit.pruning import (
+    from maskfit.structured import (
         couplings,
         importance,
         shrinking,

@@ -19,7 +19,7 @@ from keras_versions import call_or_xla
 
 import maskfit
 from maskfit import internals
-from maskfit.pruning import (
+from maskfit.structured import (
     couplings,
     couplings_keras,
     couplings_passing,

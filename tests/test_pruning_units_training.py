@@ -18,7 +18,7 @@ import maskfit
 from maskfit import mask_rules, paths
 from maskfit import model as model_lib
 from maskfit.optim import traits
-from maskfit.pruning import unit_choice
+from maskfit.structured import unit_choice
 
 pruning = maskfit.pruning
 L = keras.layers

@@ -2,7 +2,7 @@
 
 Keras 3 has no public API for a few things a drop-in `keras.Model` needs. Each
 accessor names the private member it reads, what it is for, what public API is
-missing, and the versions it was checked on, in one of three modules:
+missing, and the versions it was checked on, in one of four modules:
 
 - `models`: Keras models and layers (the functional class, the loss wrapper,
   the layer walk, `fit`'s start epoch) and TensorFlow's tracing (XLA context,
@@ -10,14 +10,16 @@ missing, and the versions it was checked on, in one of three modules:
 - `optimizers`: what an optimizer was built for, its slots, EMA averages,
   rebuilding it in place, the hooks of learning-rate multipliers;
 - `data`: `fit`'s input and epoch bookkeeping, and tf.data pipelines (the
-  exact backup).
+  exact backup);
+- `graphs`: a functional or Sequential model's layer calls and their
+  arguments (structured pruning's graph).
 
 `PRIVATE_MEMBERS` lists them all; `tests/test_internals.py` fails with the
 member's name when a Keras or TensorFlow release removes one. No other maskfit
-module names a private member.
+module names a private member: `tests/test_internals.py` scans them.
 """
 
-from maskfit.internals import data, models, optimizers
+from maskfit.internals import data, graphs, models, optimizers
 from maskfit.internals.models import (
     attention_output_dense,
     call_has_training_arg,
@@ -57,6 +59,7 @@ __all__ = [
     "defining_class",
     "ema_averages_by_variable",
     "functional_class",
+    "graphs",
     "hook_current_learning_rate",
     "hook_weight_decay",
     "loss_tracker",
@@ -77,7 +80,7 @@ __all__ = [
     "weight_decay_owner",
 ]
 
-_MODULES = (models, optimizers, data)
+_MODULES = (models, optimizers, data, graphs)
 PRIVATE_MEMBERS = tuple(m for module in _MODULES for m in module.PRIVATE_MEMBERS)
 
 

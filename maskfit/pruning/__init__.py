@@ -1,14 +1,10 @@
-"""maskfit.pruning: magnitude pruning for Keras 3, with TF-MOT's names and semantics,
-and structured pruning (whole units) with Torch-Pruning's."""
+"""maskfit.pruning: magnitude pruning for Keras 3, with TF-MOT's names and semantics.
+
+Structured pruning (whole units, with Torch-Pruning's names) is the package
+`maskfit.structured`; its public names are exported here too.
+"""
 
 from maskfit.pruning.callbacks import PruningSummaries, UpdatePruningStep
-from maskfit.pruning.couplings import (
-    Coupling,
-    UnitCoupling,
-    coupling_of,
-    register_coupling,
-)
-from maskfit.pruning.importance import Importance, MagnitudeImportance, TaylorImportance
 from maskfit.pruning.magnitude import kept_count, magnitude_mask
 from maskfit.pruning.prune import PrunedModel, prune_low_magnitude, strip_pruning
 from maskfit.pruning.registry import (
@@ -26,16 +22,28 @@ from maskfit.pruning.schedules import (
     pruning_steps,
     schedule_table,
 )
-from maskfit.pruning.shrinking import shrink
-from maskfit.pruning.sizes import SizeReport, size_report
-from maskfit.pruning.structured import (
+
+# Structured pruning is its own package, `maskfit.structured`; its names stay
+# available here, where 0.1.0 documented them.
+from maskfit.structured import (
+    Coupling,
+    DependencyGraph,
+    Importance,
+    MagnitudeImportance,
+    SizeReport,
+    TaylorImportance,
+    UnitCoupling,
+    UnitGroup,
+    UnitPruning,
     UnitSelection,
+    coupling_of,
     prune_units,
+    register_coupling,
     select_units,
+    shrink,
+    size_report,
     unit_selection,
 )
-from maskfit.pruning.unit_graph import DependencyGraph, UnitGroup
-from maskfit.pruning.unit_rule import UnitPruning
 
 __all__ = [
     "classify",

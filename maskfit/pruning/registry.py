@@ -1,4 +1,10 @@
-"""Which variables of a layer are pruned: TF-MOT's registry, for Keras 3 layers."""
+"""Which variables of a layer are pruned: TF-MOT's registry, for Keras 3 layers.
+
+What each built-in class prunes is the `prunable` field of its record
+(`maskfit.kinds`: TF-MOT's kernels and embeddings, never biases or
+normalization parameters); a layer's own `get_prunable_weights()` comes
+first, in maskfit's one lookup order (`maskfit.kinds.record.Lookup`).
+"""
 
 import abc
 import collections
@@ -6,7 +12,8 @@ import collections
 import keras
 
 from maskfit import internals
-from maskfit.units.keras_layers import LAYERS
+from maskfit.kinds import record
+from maskfit.units.keras_layers import LAYERS as L
 
 __all__ = [
     "PrunableLayer",
@@ -16,194 +23,13 @@ __all__ = [
     "prunable_weights",
 ]
 
-L = LAYERS
+_LOOKUP = record.Lookup("prunable", "get_prunable_weights")
 
 
 def _direct_sublayers(layer):
     """The layers tracked directly by `layer` (an RNN's cell, a wrapper's layer)."""
     return internals.sublayers(layer, recursive=False)
 
-
-# Pruned variables, by name, per exact layer class (TF-MOT: kernels and
-# embeddings, never biases or normalization parameters).
-_PRUNABLE = {
-    L.Dense: ("kernel",),
-    L.EinsumDense: (
-        "kernel",
-    ),  # Keras 3: TF-MOT prunes these inside MultiHeadAttention.
-    L.Embedding: ("embeddings",),
-    L.ReversibleEmbedding: ("embeddings",),
-    L.Conv1D: ("kernel",),
-    L.Conv2D: ("kernel",),
-    L.Conv3D: ("kernel",),
-    L.Conv1DTranspose: ("kernel",),  # Not in TF-MOT; its 2D and 3D siblings are.
-    L.Conv2DTranspose: ("kernel",),
-    L.Conv3DTranspose: ("kernel",),
-    L.SeparableConv1D: ("pointwise_kernel",),
-    L.SeparableConv2D: ("pointwise_kernel",),
-    L.SimpleRNNCell: ("kernel", "recurrent_kernel"),
-    L.GRUCell: ("kernel", "recurrent_kernel"),
-    L.LSTMCell: ("kernel", "recurrent_kernel"),
-    internals.conv_lstm_cell_class(): ("kernel", "recurrent_kernel"),
-}
-
-# Pruned when the layer has them (an untied ReversibleEmbedding's output matrix).
-_OPTIONAL = {L.ReversibleEmbedding: ("reverse_embeddings",)}
-
-# Prunable through their sublayers: an RNN's cells, a wrapper's layer, the
-# EinsumDense projections of attention (TF-MOT: the four attention kernels).
-_CONTAINERS = frozenset(
-    {
-        L.RNN,
-        L.SimpleRNN,
-        L.GRU,
-        L.LSTM,
-        L.ConvLSTM1D,
-        L.ConvLSTM2D,
-        L.ConvLSTM3D,
-        L.StackedRNNCells,
-        L.Bidirectional,
-        L.TimeDistributed,
-        L.MultiHeadAttention,
-        L.GroupQueryAttention,
-        L.Pipeline,
-    }
-)
-
-_NO_PRUNABLE_WEIGHTS = frozenset(
-    {
-        # TF-MOT: depthwise kernels are not pruned.
-        L.DepthwiseConv1D,
-        L.DepthwiseConv2D,
-        # Normalization: scales and offsets, like biases.
-        L.BatchNormalization,
-        L.LayerNormalization,
-        L.GroupNormalization,
-        L.RMSNormalization,
-        L.UnitNormalization,
-        # Activations (PReLU's alpha is one slope per channel, like a bias).
-        L.Activation,
-        L.ELU,
-        L.LeakyReLU,
-        L.PReLU,
-        L.ReLU,
-        L.Softmax,
-        # Attention scores with at most a learned scale (no kernel).
-        L.Attention,
-        L.AdditiveAttention,
-        # A fixed Fourier basis, not learned weights; TF-MOT has no such layer.
-        L.STFTSpectrogram,
-        L.MelSpectrogram,
-        # Pooling, shaping, merging, noise and other weightless layers.
-        L.ActivityRegularization,
-        L.AdaptiveAveragePooling1D,
-        L.AdaptiveAveragePooling2D,
-        L.AdaptiveAveragePooling3D,
-        L.AdaptiveMaxPooling1D,
-        L.AdaptiveMaxPooling2D,
-        L.AdaptiveMaxPooling3D,
-        L.AveragePooling1D,
-        L.AveragePooling2D,
-        L.AveragePooling3D,
-        L.GlobalAveragePooling1D,
-        L.GlobalAveragePooling2D,
-        L.GlobalAveragePooling3D,
-        L.GlobalMaxPooling1D,
-        L.GlobalMaxPooling2D,
-        L.GlobalMaxPooling3D,
-        L.MaxPooling1D,
-        L.MaxPooling2D,
-        L.MaxPooling3D,
-        L.Cropping1D,
-        L.Cropping2D,
-        L.Cropping3D,
-        L.UpSampling1D,
-        L.UpSampling2D,
-        L.UpSampling3D,
-        L.ZeroPadding1D,
-        L.ZeroPadding2D,
-        L.ZeroPadding3D,
-        L.Flatten,
-        L.Permute,
-        L.RepeatVector,
-        L.Reshape,
-        L.Add,
-        L.Average,
-        L.Concatenate,
-        L.Dot,
-        L.Maximum,
-        L.Minimum,
-        L.Multiply,
-        L.Subtract,
-        L.AlphaDropout,
-        L.Dropout,
-        L.GaussianDropout,
-        L.GaussianNoise,
-        L.SpatialDropout1D,
-        L.SpatialDropout2D,
-        L.SpatialDropout3D,
-        L.Identity,
-        L.InputLayer,
-        L.Lambda,
-        L.Masking,
-        # Preprocessing and augmentation: no trainable weights.
-        L.AugMix,
-        L.AutoContrast,
-        L.CategoryEncoding,
-        L.CenterCrop,
-        L.ContrastLimitedAdaptiveHistogramEqualization,
-        L.CutMix,
-        L.Discretization,
-        L.Equalization,
-        L.HashedCrossing,
-        L.Hashing,
-        L.IntegerLookup,
-        L.MaxNumBoundingBoxes,
-        L.MixUp,
-        L.Normalization,
-        L.RandAugment,
-        L.RandomBrightness,
-        L.RandomColorDegeneration,
-        L.RandomColorJitter,
-        L.RandomContrast,
-        L.RandomCrop,
-        L.RandomElasticTransform,
-        L.RandomErasing,
-        L.RandomFlip,
-        L.RandomGaussianBlur,
-        L.RandomGrayscale,
-        L.RandomHue,
-        L.RandomInvert,
-        L.RandomPerspective,
-        L.RandomPosterization,
-        L.RandomRotation,
-        L.RandomSaturation,
-        L.RandomSharpness,
-        L.RandomShear,
-        L.RandomTranslation,
-        L.RandomZoom,
-        L.Rescaling,
-        L.Resizing,
-        L.Solarization,
-        L.StringLookup,
-        L.TextVectorization,
-    }
-)
-
-_FOREIGN = (
-    "its variables belong to a module maskfit cannot look into, so it cannot"
-    " tell kernels from biases"
-)
-_UNSUPPORTED = {
-    L.SpectralNormalization: (
-        "it rewrites the wrapped layer's kernel in every training call; prune"
-        " the wrapped layer without SpectralNormalization"
-    ),
-    L.TFSMLayer: _FOREIGN,
-    L.JaxLayer: _FOREIGN,
-    L.FlaxLayer: _FOREIGN,
-    L.TorchModuleWrapper: _FOREIGN,
-}
 
 # Bases of custom layers: what their subclasses prune is the subclass's call.
 BASE_CLASSES = frozenset({L.Layer, L.Wrapper})
@@ -267,15 +93,16 @@ def classify(layer_class):
     >>> pruning.classify(keras.layers.DepthwiseConv2D).kind
     'none'
     """
-    if layer_class in _PRUNABLE:
-        optional = tuple(f"[{n}]" for n in _OPTIONAL.get(layer_class, ()))
-        return RegistryEntry("prunable", _PRUNABLE[layer_class] + optional, "")
-    if layer_class in _CONTAINERS:
+    prunable = _LOOKUP.builtin(layer_class)
+    if isinstance(prunable, record.Prunable):
+        optional = tuple(f"[{n}]" for n in prunable.optional)
+        return RegistryEntry("prunable", prunable.weights + optional, "")
+    if prunable == record.CONTAINER:
         return RegistryEntry("container", (), "")
-    if layer_class in _NO_PRUNABLE_WEIGHTS:
+    if prunable == record.NO_WEIGHTS:
         return RegistryEntry("none", (), "")
-    if layer_class in _UNSUPPORTED:
-        return RegistryEntry("unsupported", (), _UNSUPPORTED[layer_class])
+    if isinstance(prunable, record.Unsupported):
+        return RegistryEntry("unsupported", (), prunable.reason)
     return RegistryEntry("custom", (), "")
 
 
@@ -343,7 +170,7 @@ def _walk(layer, found, seen):
     if id(layer) in seen:
         return
     seen.add(id(layer))
-    if hasattr(layer, "get_prunable_weights"):
+    if _LOOKUP.find(layer)[0] == "method":
         # A declaration wins over the registry, as in TF-MOT.
         _check_built(layer)
         found.append((layer, _declared(layer)))
@@ -359,7 +186,7 @@ def _walk(layer, found, seen):
         )
     _check_built(layer)
     if entry.kind == "prunable":
-        found.append((layer, _named(layer, _PRUNABLE[type(layer)])))
+        found.append((layer, _named(layer, _LOOKUP.builtin(type(layer)))))
         return
     own = _own_float_variables(layer)
     if own:
@@ -377,7 +204,8 @@ def _check_built(layer):
         )
 
 
-def _named(layer, names):
+def _named(layer, prunable):
+    names = prunable.weights
     _check_adapted(layer)
     by_name = {v.name: v for v in layer.weights}
     missing = [n for n in names if n not in by_name]
@@ -388,7 +216,7 @@ def _named(layer, names):
             " expects them for this class: please report this with your Keras"
             " version."
         )
-    optional = [n for n in _OPTIONAL.get(type(layer), ()) if n in by_name]
+    optional = [n for n in prunable.optional if n in by_name]
     return [by_name[n] for n in tuple(names) + tuple(optional)]
 
 

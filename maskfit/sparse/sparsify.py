@@ -2,7 +2,7 @@
 
 import keras
 
-from maskfit.pruning import prune
+from maskfit.model import conversion
 from maskfit.sparse import rules as sparse_rules
 from maskfit.spec import rules
 
@@ -100,7 +100,7 @@ def sparsify(
         seed=seed,
     )
     if isinstance(to_sparsify, keras.Model):
-        target = prune.masked_model(to_sparsify)
+        target = conversion.masked_model(to_sparsify)
     elif isinstance(to_sparsify, keras.layers.Layer):
         target = to_sparsify
     else:

@@ -2,6 +2,8 @@
 
 - `masks`: `OutputMask`, `ElementMask` (what may learn, as plain data).
 - `schedule`: `PiecewiseMask` and the one interval lookup of a schedule.
+- `pruning_schedule`: `PruningSchedule`, `ConstantSparsity`, `PolynomialDecay`
+  (TF-MOT's), shared by `maskfit.pruning` and `maskfit.structured`.
 - `declare`: `set_mask` / `get_mask`, stored on layer objects.
 - `gate`: the `backprop=True` gate on a layer's outputs.
 - `rules`: `MaskRule` (keep masks recomputed in the step, e.g. pruning),

@@ -127,7 +127,7 @@ class OutputMask(GradMaskSpec):
     `maskfit.summary` counts them as shared.
 
     Which entries belong to which unit comes from the layer's real structure
-    (`maskfit.units.keras_tables` for the built-in Keras layers; a declaration
+    (the records of `maskfit.kinds` for the built-in Keras layers; a declaration
     for your own, see `maskfit.OutputUnits`), and is checked against the layer's
     gradients on random inputs once. A layer maskfit cannot serve is refused
     with an error, never guessed (docs/output_mask.md lists every Keras

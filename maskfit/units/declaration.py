@@ -3,8 +3,8 @@
 An entry belongs to output unit `u` when it affects unit `u` and no other unit
 in one call of the layer (for recurrent layers, in one cell step); entries
 that affect several units are *shared*. A layer says how its variables carry
-its units with an `OutputUnits` declaration: the built-in Keras layers in
-`maskfit.units.keras_tables` and `keras_recurrent`, other layers through a
+its units with an `OutputUnits` declaration: the built-in Keras layers in the
+records of `maskfit.kinds` (one per class), other layers through a
 `maskfit_output_units(self)` method or `maskfit.register_output_units`
 (`maskfit.units.lookup` finds the one that applies). A layer with no
 declaration is refused, never guessed.

@@ -1,6 +1,6 @@
 """`keras.layers` as maskfit's layer tables read it, on every supported Keras.
 
-The tables in `maskfit.units` and `maskfit.pruning.registry` are keyed by layer class.
+The layer-kind records of `maskfit.kinds` are keyed by layer class.
 A few of those classes came after the oldest Keras maskfit supports; in a
 Keras without one, `LAYERS.<name>` is a placeholder class that no layer is an
 instance of, so its table entry never matches. Only the names listed in

@@ -1,19 +1,17 @@
 """Which output-unit declaration applies to a layer: registered, its own, or built in.
 
-A layer class's declaration is, in this order: one registered with
-`register_output_units`, its own `maskfit_output_units(self)` method, or
-the built-in table for Keras's layers (`keras_tables`, `keras_recurrent`),
-matched by exact class. Declarations of wrappers and attention layers read
-their inner layers' through `output_units_of`, which the tables get as an
-argument (`NESTED`), so they need not import this module.
+A layer class's declaration is, in maskfit's one lookup order
+(`maskfit.kinds.record.Lookup`): one registered with `register_output_units`,
+its own `maskfit_output_units(self)` method, or the `units` of the built-in
+record of its exact class (`maskfit.kinds`). Declarations of wrappers and
+attention layers read their inner layers' through `output_units_of`.
 """
 
-import functools
 import inspect
 
 import keras
 
-from maskfit.units import keras_recurrent, keras_tables
+from maskfit.kinds import record
 from maskfit.units.declaration import DECLARATION_METHOD, OutputUnits, refusal
 
 __all__ = [
@@ -22,9 +20,10 @@ __all__ = [
     "output_units_of",
     "register_output_units",
     "units_before_build",
+    "units_from_config",
 ]
 
-_registry = {}
+_LOOKUP = record.Lookup("units", DECLARATION_METHOD)
 
 
 def register_output_units(layer_class, declare):
@@ -56,7 +55,7 @@ def register_output_units(layer_class, declare):
             f" Received: {layer_class!r}"
         )
     if declare is None:
-        _registry.pop(layer_class, None)
+        _LOOKUP.register(layer_class, None)
     elif inspect.isclass(declare):
         reused = declaring_function(declare)
         if reused is None:
@@ -64,9 +63,9 @@ def register_output_units(layer_class, declare):
                 f"register_output_units({layer_class.__name__}, {declare.__name__}):"
                 f" {declare.__name__} has no output-unit declaration to reuse."
             )
-        _registry[layer_class] = reused
+        _LOOKUP.register(layer_class, reused)
     elif callable(declare):
-        _registry[layer_class] = declare
+        _LOOKUP.register(layer_class, declare)
     else:
         raise TypeError(
             "register_output_units expects a function layer -> maskfit.OutputUnits,"
@@ -79,12 +78,7 @@ def declaring_function(cls):
 
     Layer caches compare it: a new registration for `cls` is a new function.
     """
-    if cls in _registry:
-        return _registry[cls]
-    method = getattr(cls, DECLARATION_METHOD, None)
-    if method is not None:
-        return method
-    return _BUILTIN.get(cls)
+    return _LOOKUP.find(cls)[1]
 
 
 def has_declaration(layer):
@@ -92,7 +86,7 @@ def has_declaration(layer):
     if declaring_function(type(layer)) is not None:
         return
     cls = type(layer)
-    base = next((b for b in cls.__mro__[1:] if b in _BUILTIN), None)
+    base = _LOOKUP.builtin_base(cls)
     if base is not None:
         reason = (
             f"it subclasses keras.layers.{base.__name__}, whose layout is known, but a"
@@ -137,16 +131,16 @@ def output_units_of(layer):
 def units_before_build(layer):
     """The number of output units known from an unbuilt layer's config, or None."""
     has_declaration(layer)
-    return keras_tables.units_from_config(layer)
+    return units_from_config(layer)
 
 
-def _builtin():
-    """The built-in Keras layers' declarations, by exact class."""
-    table = {**keras_tables.TABLE, **keras_recurrent.TABLE}
-    for nested in (keras_tables.NESTED, keras_recurrent.NESTED):
-        for cls, declare in nested.items():
-            table[cls] = functools.partial(declare, units_of=output_units_of)
-    return table
+def units_from_config(layer):
+    """The number of output units an unbuilt layer will have, if its config says.
 
-
-_BUILTIN = _builtin()
+    Read from the built-in record of its exact class (`config_units`); None
+    for other classes.
+    """
+    kind = record.builtin(type(layer))
+    if kind is None or kind.config_units is None:
+        return None
+    return kind.config_units(layer)

@@ -4,7 +4,7 @@ A *unit* is an output unit of a layer (a Dense unit, a conv filter, an
 attention head, an LSTM unit). Each layer that makes units gets a *space* of
 unit nodes; tensors carry, along one axis, the unit node of each position
 (`TensorUnits`). Walking the model's graph, each layer's `Coupling`
-(`maskfit.pruning.couplings`) records which entries of which variables
+(`maskfit.structured.couplings`) records which entries of which variables
 belong to which unit nodes (its own weights, its consumers' input slices,
 per-channel parameters), joins nodes that must go together (a residual add
 joins its inputs' channels position by position), and *fixes* nodes that
@@ -18,9 +18,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from maskfit.pruning import couplings as couplings_lib
-from maskfit.pruning import keras_graph, unit_nodes
-from maskfit.pruning.unit_nodes import (
+from maskfit.structured import couplings as couplings_lib
+from maskfit.structured import keras_graph, unit_nodes
+from maskfit.structured.unit_nodes import (
     Space,  # noqa: F401 (re-exported)
     TensorUnits,
 )
@@ -67,7 +67,7 @@ class DependencyGraph(unit_nodes.UnitNodes):
 
     Torch-Pruning's `DependencyGraph`, for Keras 3, read from the model's
     layer graph (no tracing). Each layer kind's coupling is one object
-    (`maskfit.pruning.couplings`); what no coupling can prove safe (a
+    (`maskfit.structured.couplings`); what no coupling can prove safe (a
     Lambda, a custom layer without a declaration, a LayerNormalization over
     the units) makes the units it touches unremovable, and `explain` says
     which layer and why. The model's outputs keep their shape: their units,
@@ -305,7 +305,7 @@ class DependencyGraph(unit_nodes.UnitNodes):
         Returns:
           The explanation, one block of lines per layer.
         """
-        from maskfit.pruning import explain as explain_lib
+        from maskfit.structured import explain as explain_lib
 
         return explain_lib.explain(self, layer)
 

@@ -15,7 +15,7 @@ import inspect
 import keras
 import numpy as np
 
-from maskfit.pruning.unit_nodes import TensorUnits
+from maskfit.structured.unit_nodes import TensorUnits
 
 __all__ = ["propagate"]
 

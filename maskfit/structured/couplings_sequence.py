@@ -18,24 +18,29 @@ import keras
 import numpy as np
 
 from maskfit import internals
-from maskfit.pruning import couplings as couplings_lib
-from maskfit.pruning.coupling_parts import check_own, no_units, read_units, variable
-from maskfit.pruning.couplings import Coupling, Refused
-from maskfit.pruning.unit_nodes import TensorUnits
-from maskfit.units.keras_layers import LAYERS as L
+from maskfit.structured import couplings as couplings_lib
+from maskfit.structured import keras_graph
+from maskfit.structured.coupling_parts import check_own, no_units, read_units, variable
+from maskfit.structured.couplings import Coupling
+from maskfit.structured.unit_nodes import TensorUnits
 
-__all__ = ["TABLE"]
+__all__ = [
+    "Bidirectional",
+    "KerasAttention",
+    "MultiHeadAttention",
+    "Recurrent",
+    "TimeDistributed",
+]
 
-_GATES = {L.SimpleRNNCell: 1, L.LSTMCell: 4, L.GRUCell: 3}
 
-
-def _rnn_units(graph, layer, source):
+def _rnn_units(graph, layer, source, gates):
     """Slices an RNN layer's cell for its units and input; returns its space.
 
-    `source` is the units of the input sequence (read along its last axis).
+    `source` is the units of the input sequence (read along its last axis);
+    `gates` maps each coupled cell class to its kernels' gate blocks.
     """
     cell = layer.cell
-    blocks = _GATES[type(cell)]
+    blocks = gates[type(cell)]
     space = graph.new_space(layer, "units", cell.units)
     ids = source.ids if source.ids is not None and source.axis == -1 else None
     if source.ids is not None and ids is None:
@@ -57,8 +62,8 @@ def _rnn_units(graph, layer, source):
     return space
 
 
-def _rnn_problem(layer):
-    if type(layer.cell) not in _GATES:
+def _rnn_problem(layer, gates):
+    if type(layer.cell) not in gates:
         return (
             f"runs a {type(layer.cell).__name__} cell; only SimpleRNN, LSTM and"
             " GRU cells are coupled"
@@ -69,15 +74,23 @@ def _rnn_problem(layer):
 
 
 class Recurrent(Coupling):
-    """SimpleRNN, LSTM, GRU and RNN over one of their cells."""
+    """SimpleRNN, LSTM, GRU and RNN over one of their cells.
+
+    Args:
+      gates: `{cell class: number of gate blocks in its kernels}`, the cells
+        it couples.
+    """
+
+    def __init__(self, gates):
+        self.gates = gates
 
     def couple(self, call, graph):
         layer = call.layer
-        problem = _rnn_problem(layer)
+        problem = _rnn_problem(layer, self.gates)
         if problem:
             return graph.refuse(layer, call.inputs, problem, call.num_outputs)
         source = call.units[id(call.call.inputs[0])]
-        space = _rnn_units(graph, layer, source)
+        space = _rnn_units(graph, layer, source, self.gates)
         states = call.call.arguments.get("initial_state")
         for tensor in keras.tree.flatten(states) if states is not None else ():
             if isinstance(tensor, keras.KerasTensor):
@@ -101,21 +114,27 @@ class Recurrent(Coupling):
 
 
 class Bidirectional(Coupling):
-    """Both directions' units: side by side ("concat") or joined ("sum", ...)."""
+    """Both directions' units: side by side ("concat") or joined ("sum", ...).
+
+    Args:
+      gates: as for `Recurrent`.
+    """
+
+    def __init__(self, gates):
+        self.gates = gates
 
     def couple(self, call, graph):
         layer = call.layer
         forward, backward = layer.forward_layer, layer.backward_layer
-        problem = next(
-            (p for p in (_rnn_problem(forward), _rnn_problem(backward)) if p), None
-        )
+        problems = (_rnn_problem(d, self.gates) for d in (forward, backward))
+        problem = next((p for p in problems if p), None)
         if problem is None and call.call.arguments.get("initial_state") is not None:
             problem = "is called with initial states"
         if problem:
             return graph.refuse(layer, call.inputs, problem, call.num_outputs)
         source = call.inputs[0]
-        fwd = _rnn_units(graph, forward, source).ids
-        bwd = _rnn_units(graph, backward, source).ids
+        fwd = _rnn_units(graph, forward, source, self.gates).ids
+        bwd = _rnn_units(graph, backward, source, self.gates).ids
         merge = layer.merge_mode
         if merge == "concat":
             main = [TensorUnits(-1, np.concatenate([fwd, bwd]))]
@@ -138,7 +157,7 @@ class Bidirectional(Coupling):
         )
         for key, inner in directions:
             serialized = keras.saving.serialize_keras_object(inner)
-            serialized["config"] = Recurrent().shrink_config(
+            serialized["config"] = Recurrent(self.gates).shrink_config(
                 inner, dict(serialized["config"]), shrunk
             )
             config[key] = serialized
@@ -160,8 +179,6 @@ class TimeDistributed(Coupling):
         step_out = keras.KerasTensor(call.output_shape()[:1] + call.output_shape()[2:])
         units = dict(call.units)
         units[id(step_in)] = source
-        from maskfit.pruning import keras_graph
-
         step = keras_graph.Call(
             inner, {"inputs": step_in}, [step_in], [step_out], (step_in,), {}
         )
@@ -264,34 +281,3 @@ class KerasAttention(Coupling):
             value = no_units(layer, "reads its values along the last axis")
         scores = [no_units(layer, "returns attention scores")] * (call.num_outputs - 1)
         return [value] + scores
-
-
-_CELL = "is a recurrent cell; its RNN layer is coupled instead"
-
-TABLE = {
-    L.SimpleRNN: Recurrent(),
-    L.LSTM: Recurrent(),
-    L.GRU: Recurrent(),
-    L.RNN: Recurrent(),
-    L.Bidirectional: Bidirectional(),
-    L.TimeDistributed: TimeDistributed(),
-    L.MultiHeadAttention: MultiHeadAttention(),
-    L.Attention: KerasAttention(),
-    L.AdditiveAttention: KerasAttention(),
-    L.GroupQueryAttention: Refused(
-        "shares each key/value head among several query heads (not coupled yet)"
-    ),
-    L.ConvLSTM1D: Refused("is a convolutional LSTM (not coupled yet)"),
-    L.ConvLSTM2D: Refused("is a convolutional LSTM (not coupled yet)"),
-    L.ConvLSTM3D: Refused("is a convolutional LSTM (not coupled yet)"),
-    L.StackedRNNCells: Refused(_CELL),
-    L.SimpleRNNCell: Refused(_CELL),
-    L.LSTMCell: Refused(_CELL),
-    L.GRUCell: Refused(_CELL),
-    L.Pipeline: Refused(
-        "runs layers in a sequence maskfit does not walk (not coupled yet)"
-    ),
-    L.InputLayer: Refused("is a model input"),
-    L.Layer: Refused("is the base Layer class"),
-    L.Wrapper: Refused("is the base Wrapper class"),
-}

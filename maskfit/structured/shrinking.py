@@ -5,10 +5,10 @@ import copy
 import keras
 import numpy as np
 
-from maskfit.pruning import couplings as couplings_lib
-from maskfit.pruning import keras_graph, unit_graph, unit_rule
-from maskfit.pruning import structured as prune_units_lib
 from maskfit.spec import rules as rules_lib
+from maskfit.structured import couplings as couplings_lib
+from maskfit.structured import keras_graph, unit_graph, unit_rule
+from maskfit.structured import structured as prune_units_lib
 
 __all__ = ["shrink"]
 

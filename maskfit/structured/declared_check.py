@@ -21,6 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from maskfit.structured.coupling_parts import named_variable
 from maskfit.units import probe
 
 __all__ = ["check", "depends_on_channel"]
@@ -115,12 +116,10 @@ def check(layer, call, coupling):
     Args:
       call: the `CallUnits` of a call of `layer` (its input shape is used).
     """
-    from maskfit.pruning.couplings import _variable
-
     shape = call.input_shape(0)
     axis = coupling.input_axis
     width = shape[axis]
-    reads = [(_variable(layer, n), a) for n, a in coupling.reads.items()]
+    reads = [(named_variable(layer, n), a) for n, a in coupling.reads.items()]
     problems = []
     for channel in _channels(width):
         if coupling.passes:

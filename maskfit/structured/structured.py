@@ -7,9 +7,10 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import model as model_lib
-from maskfit.pruning import keras_graph, schedules, unit_choice, unit_graph, unit_rule
-from maskfit.pruning import prune as prune_lib
+from maskfit.model import conversion
+from maskfit.spec import pruning_schedule as schedules
 from maskfit.spec import rules as rules_lib
+from maskfit.structured import keras_graph, unit_choice, unit_graph, unit_rule
 
 __all__ = ["UnitSelection", "prune_units", "select_units", "unit_selection"]
 
@@ -78,7 +79,7 @@ def prune_units(
         ignored_layers,
     )
     _check_model(model, "prune_units")
-    masked = prune_lib.masked_model(model)
+    masked = conversion.masked_model(model)
     rule.plan(masked)
     rules_lib.set_rule(masked, rule)
     return masked

@@ -7,9 +7,10 @@ import keras
 import tensorflow as tf
 
 from maskfit import internals, paths
-from maskfit.pruning import importance as importance_lib
-from maskfit.pruning import schedules, unit_choice, unit_graph
+from maskfit.spec import pruning_schedule as schedules
 from maskfit.spec import rules as rules_lib
+from maskfit.structured import importance as importance_lib
+from maskfit.structured import unit_choice, unit_graph
 
 __all__ = ["UnitPruning"]
 

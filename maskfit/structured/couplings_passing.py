@@ -9,17 +9,24 @@ that sends one channel to several axes, or mixes channels, keeps its units.
 Element-wise merges join their inputs' channels position by position;
 Concatenate lays them side by side. Layers that compute statistics or
 products over the unit axis (softmax, LayerNormalization, Dot) keep every
-unit they read.
+unit they read. Which layer class takes which coupling is in its record
+(`maskfit.kinds`).
 """
 
 import numpy as np
 
-from maskfit.pruning import channel_map
-from maskfit.pruning.couplings import Coupling, Refused
-from maskfit.pruning.unit_nodes import TensorUnits
-from maskfit.units.keras_layers import LAYERS as L
+from maskfit.structured import channel_map
+from maskfit.structured.couplings import Coupling
+from maskfit.structured.unit_nodes import TensorUnits
 
-__all__ = ["TABLE"]
+__all__ = [
+    "ChannelMap",
+    "Concatenate",
+    "Elementwise",
+    "Merge",
+    "Statistics",
+    "activation_mixes",
+]
 
 
 def _negative(axis, rank):
@@ -50,7 +57,8 @@ class Elementwise(Coupling):
 _MIXING = {"softmax", "log_softmax", "sparsemax", "glu"}
 
 
-def _activation_mixes(layer):
+def activation_mixes(layer):
+    """-1 for an activation that mixes the last axis (softmax, or unknown), else None."""
     name = getattr(layer.activation, "__name__", None)
     return -1 if name in _MIXING or name is None else None
 
@@ -158,108 +166,3 @@ class Concatenate(Coupling):
                 layer, inputs, "concatenates inputs with units on different axes"
             )
         return Merge().couple(call, graph)
-
-
-def _refused(reason):
-    return Refused(reason)
-
-
-_ELEMENTWISE = (
-    L.ReLU,
-    L.LeakyReLU,
-    L.ELU,
-    L.Dropout,
-    L.AlphaDropout,
-    L.GaussianDropout,
-    L.GaussianNoise,
-    L.SpatialDropout1D,
-    L.SpatialDropout2D,
-    L.SpatialDropout3D,
-    L.ActivityRegularization,
-    L.Identity,
-)
-_MOVING = (
-    L.AveragePooling1D,
-    L.AveragePooling2D,
-    L.AveragePooling3D,
-    L.MaxPooling1D,
-    L.MaxPooling2D,
-    L.MaxPooling3D,
-    L.GlobalAveragePooling1D,
-    L.GlobalAveragePooling2D,
-    L.GlobalAveragePooling3D,
-    L.GlobalMaxPooling1D,
-    L.GlobalMaxPooling2D,
-    L.GlobalMaxPooling3D,
-    L.AdaptiveAveragePooling1D,
-    L.AdaptiveAveragePooling2D,
-    L.AdaptiveAveragePooling3D,
-    L.AdaptiveMaxPooling1D,
-    L.AdaptiveMaxPooling2D,
-    L.AdaptiveMaxPooling3D,
-    L.ZeroPadding1D,
-    L.ZeroPadding2D,
-    L.ZeroPadding3D,
-    L.Cropping1D,
-    L.Cropping2D,
-    L.Cropping3D,
-    L.UpSampling1D,
-    L.UpSampling2D,
-    L.UpSampling3D,
-    L.Flatten,
-    L.Permute,
-    L.RepeatVector,
-)
-_PREPROCESSING = "is a preprocessing or augmentation layer, meant for a model's inputs"
-
-TABLE = {cls: Elementwise() for cls in _ELEMENTWISE}
-TABLE.update({cls: ChannelMap() for cls in _MOVING})
-TABLE.update(
-    {
-        L.Activation: Elementwise(
-            _activation_mixes, "mixes channels in its activation (or an unknown one)"
-        ),
-        L.Softmax: Elementwise(lambda layer: layer.axis, "takes a softmax over them"),
-        L.Masking: Elementwise(
-            lambda layer: -1, "masks a position when all its channels equal mask_value"
-        ),
-        L.Rescaling: Elementwise(
-            lambda layer: (
-                None if np.ndim(layer.scale) == np.ndim(layer.offset) == 0 else -1
-            ),
-            "scales channel by channel with constants it keeps for every channel",
-        ),
-        L.LayerNormalization: Statistics(),
-        L.RMSNormalization: Statistics(),
-        L.UnitNormalization: Statistics(),
-        L.Reshape: ChannelMap(reshapes=True),
-        L.Add: Merge(),
-        L.Subtract: Merge(),
-        L.Multiply: Merge(),
-        L.Average: Merge(),
-        L.Maximum: Merge(),
-        L.Minimum: Merge(),
-        L.Concatenate: Concatenate(),
-        L.Dot: _refused("takes dot products along an axis, mixing the channels on it"),
-        L.Lambda: _refused(
-            "runs Python code (a Lambda) that maskfit cannot read, so which"
-            " channels it mixes is unknown"
-        ),
-        L.Normalization: _refused(
-            "keeps a mean and variance per channel in its config (adapted"
-            " preprocessing)"
-        ),
-    }
-)
-for _name in (
-    "AugMix AutoContrast CategoryEncoding CenterCrop"
-    " ContrastLimitedAdaptiveHistogramEqualization CutMix Discretization"
-    " Equalization HashedCrossing Hashing IntegerLookup MaxNumBoundingBoxes MixUp"
-    " RandAugment RandomBrightness RandomColorDegeneration RandomColorJitter"
-    " RandomContrast RandomCrop RandomElasticTransform RandomErasing RandomFlip"
-    " RandomGaussianBlur RandomGrayscale RandomHue RandomInvert RandomPerspective"
-    " RandomPosterization RandomRotation RandomSaturation RandomSharpness"
-    " RandomShear RandomTranslation RandomZoom Resizing Solarization"
-    " StringLookup TextVectorization"
-).split():
-    TABLE[getattr(L, _name)] = _refused(_PREPROCESSING)

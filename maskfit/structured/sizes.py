@@ -1,13 +1,11 @@
 """`size_report`: parameters and multiply-accumulates per layer, before and after `shrink`."""
 
-import math
 from typing import NamedTuple
 
 import numpy as np
 
-from maskfit import internals
-from maskfit.pruning import keras_graph
-from maskfit.units.keras_layers import LAYERS as L
+from maskfit.kinds import record
+from maskfit.structured import keras_graph
 
 __all__ = ["LayerSize", "SizeReport", "macs_of", "size_report"]
 
@@ -78,15 +76,23 @@ class SizeReport(NamedTuple):
         return "\n".join(lines)
 
 
-def _count(shape):
+def count(shape):
+    """Entries per example of a tensor of `shape` (its batch axis left out)."""
     return int(np.prod([1 if d is None else d for d in shape[1:]], dtype=np.int64))
 
 
-def _weight(layer, name):
+def outputs(output_shapes):
+    """Entries per example of a call's first output (0 without outputs)."""
+    return count(output_shapes[0]) if output_shapes else 0
+
+
+def weight(layer, name):
+    """The variable of `layer` called `name`, or None."""
     return next((v for v in layer.weights if v.name == name), None)
 
 
-def _size(variable):
+def size(variable):
+    """The number of entries of `variable` (0 for None)."""
     return 0 if variable is None else int(np.prod(variable.shape, dtype=np.int64))
 
 
@@ -95,67 +101,13 @@ def macs_of(layer, input_shapes, output_shapes):
 
     Counted for the layers with weight products (dense, einsum, convolutions
     and their transposes, depthwise and separable, recurrent, attention,
-    wrappers); normalization, activations, pooling and merges count 0, as
-    do embeddings (a lookup).
+    wrappers: the `macs` of their records, `maskfit.kinds`); normalization,
+    activations, pooling and merges count 0, as do embeddings (a lookup).
     """
-    out = _count(output_shapes[0]) if output_shapes else 0
-    cls = type(layer)
-    if cls is L.Dense:
-        return out * _weight(layer, "kernel").shape[0]
-    if cls is L.EinsumDense:
-        kernel = _weight(layer, "kernel")
-        own = kernel.shape[-1] if kernel is not None else 1
-        return out * _size(kernel) // max(own, 1) if kernel is not None else 0
-    if cls in (L.Conv1D, L.Conv2D, L.Conv3D):
-        kernel = _weight(layer, "kernel")
-        return out * _size(kernel) // kernel.shape[-1]
-    if cls in (L.Conv1DTranspose, L.Conv2DTranspose, L.Conv3DTranspose):
-        kernel = _weight(layer, "kernel")
-        return _count(input_shapes[0]) * _size(kernel) // kernel.shape[-1]
-    if cls in (L.DepthwiseConv1D, L.DepthwiseConv2D):
-        kernel = _weight(layer, "kernel")
-        return out * math.prod(kernel.shape[:-2])
-    if cls in (L.SeparableConv1D, L.SeparableConv2D):
-        depthwise = _weight(layer, "depthwise_kernel")
-        pointwise = _weight(layer, "pointwise_kernel")
-        positions = out // pointwise.shape[-1]
-        return positions * (_size(depthwise) + _size(pointwise))
-    if cls in (L.SimpleRNN, L.LSTM, L.GRU, L.RNN):
-        steps = input_shapes[0][1] or 1
-        cell = layer.cell
-        return steps * sum(
-            _size(_weight(cell, n)) for n in ("kernel", "recurrent_kernel")
-        )
-    if cls is L.Bidirectional:
-        return sum(
-            macs_of(inner, input_shapes, output_shapes)
-            for inner in (layer.forward_layer, layer.backward_layer)
-        )
-    if cls is L.TimeDistributed:
-        steps = input_shapes[0][1] or 1
-        inner_in = [tuple(s[:1]) + tuple(s[2:]) for s in input_shapes]
-        inner_out = [tuple(s[:1]) + tuple(s[2:]) for s in output_shapes]
-        return steps * macs_of(layer.layer, inner_in, inner_out)
-    if cls is L.MultiHeadAttention:
-        return _attention_macs(layer, input_shapes)
-    return 0
-
-
-def _attention_macs(layer, shapes):
-    total = 0
-    queries = _count(shapes[0][:-1] + (1,))
-    keys = _count(shapes[-1][:-1] + (1,)) if len(shapes) > 1 else queries
-    for sub in internals.sublayers(layer, recursive=False):
-        kernel = _weight(sub, "kernel")
-        if kernel is None:
-            continue
-        rows = queries if sub.name in ("query", "gate", "attention_output") else keys
-        total += rows * _size(kernel)
-    heads = layer.num_heads
-    total += (
-        heads * queries * keys * (layer.key_dim + (layer.value_dim or layer.key_dim))
-    )
-    return total
+    kind = record.builtin(type(layer))
+    if kind is None or kind.macs is None:
+        return 0
+    return kind.macs(layer, input_shapes, output_shapes)
 
 
 def _sizes(model, prefix=""):
@@ -168,7 +120,7 @@ def _sizes(model, prefix=""):
         if keras_graph.is_graph_model(layer):
             found.update(_sizes(layer, path + "/"))
             continue
-        params = sum(_size(v) for v in layer.weights)
+        params = sum(size(v) for v in layer.weights)
         macs = macs_of(
             layer,
             [tuple(t.shape) for t in call.inputs],

@@ -1,21 +1,33 @@
-"""Output units of the built-in recurrent Keras layers, their cells and wrappers.
+"""The recurrent layers, their cells, StackedRNNCells, Bidirectional, TimeDistributed.
 
 For recurrent layers an entry belongs to unit `u` when it affects unit `u`
 and no other unit in one cell step; the self-check probes the cell for one
 step from random previous states. `Bidirectional` and `TimeDistributed`
-take their inner layers' declarations, shifted and re-axed.
+take their inner layers' declarations, shifted and re-axed. Magnitude
+pruning prunes the cells' kernels and recurrent kernels (TF-MOT), reached
+through the layers that hold them. Structured pruning removes a unit's
+columns in every gate block and its recurrent row (SimpleRNN, LSTM, GRU;
+`GATES` says how many blocks each cell's kernels hold).
 """
 
 import keras
 import numpy as np
 
+from maskfit import internals
+from maskfit.kinds import common
+from maskfit.kinds.record import CONTAINER, LayerKind, Prunable
+from maskfit.structured import couplings_sequence as couplings
+from maskfit.structured import sizes
+from maskfit.structured.couplings import Refused
+from maskfit.units import lookup
 from maskfit.units import probe as probe_lib
 from maskfit.units.declaration import SHARED, OutputUnits, refusal, units_along
-from maskfit.units.keras_tables import channel_axis, present
+from maskfit.units.keras_layers import LAYERS as L
 
-__all__ = ["NESTED", "TABLE"]
+__all__ = ["GATES", "KINDS"]
 
-L = keras.layers
+# The gate blocks side by side in each cell's kernels, for structured pruning.
+GATES = {L.SimpleRNNCell: 1, L.LSTMCell: 4, L.GRUCell: 3}
 
 
 def _state_shapes(owner, cell):
@@ -25,12 +37,12 @@ def _state_shapes(owner, cell):
             return getter(batch_size=probe_lib.BATCH)
         except TypeError:
             return getter(probe_lib.BATCH)
-    sizes = (
+    state_sizes = (
         cell.state_size
         if isinstance(cell.state_size, (list, tuple))
         else [cell.state_size]
     )
-    return [np.zeros((probe_lib.BATCH, s)) for s in sizes]
+    return [np.zeros((probe_lib.BATCH, s)) for s in state_sizes]
 
 
 def _cell_probe(cell, outputs, owner=None):
@@ -56,10 +68,13 @@ def _gate_cell(blocks, shared_blocks=(), outputs=3):
         units = getattr(cell, "units", None) or cell.filters
         gates = units_along(-1, blocks=blocks, shared_blocks=shared_blocks)
         owned = {"kernel": gates, "recurrent_kernel": gates, "bias": gates}
-        unit_axis = channel_axis(cell) if hasattr(cell, "data_format") else -1
+        unit_axis = common.channel_axis(cell) if hasattr(cell, "data_format") else -1
         segments = ((unit_axis, 0, units),) * outputs  # (h, [h]) or (h, [h, c])
         return OutputUnits(
-            units, present(cell, owned), segments, probes=[_cell_probe(cell, segments)]
+            units,
+            common.present(cell, owned),
+            segments,
+            probes=[_cell_probe(cell, segments)],
         )
 
     return declare
@@ -73,9 +88,9 @@ def _gru_cell(cell):
     return _gate_cell(3, shared, outputs=2)(cell)
 
 
-def _stacked_cells(stacked, units_of):
+def _stacked_cells(stacked):
     last = stacked.cells[-1]
-    inner = units_of(last)
+    inner = lookup.output_units_of(last)
     pairs = inner.pairs(last)
     ids = {id(v) for v, _ in pairs}
     pairs += [(v, SHARED) for v in stacked.trainable_weights if id(v) not in ids]
@@ -89,11 +104,11 @@ def _stacked_cells(stacked, units_of):
     )
 
 
-def _rnn(layer, units_of):
+def _rnn(layer):
     cell = layer.cell
     # The cell of the ConvLSTM layers is not exported by keras.layers.
     conv_lstm = isinstance(layer, (L.ConvLSTM1D, L.ConvLSTM2D, L.ConvLSTM3D))
-    inner = _gate_cell(4)(cell) if conv_lstm else units_of(cell)
+    inner = _gate_cell(4)(cell) if conv_lstm else lookup.output_units_of(cell)
     segments = inner.outputs if layer.return_state else inner.outputs[:1]
     probe = _cell_probe(cell, inner.outputs, owner=layer)
     return OutputUnits(inner.units, inner.pairs(cell), segments, probes=[probe])
@@ -112,9 +127,9 @@ def _shift_segments(segments, by):
     )
 
 
-def _bidirectional(layer, units_of):
+def _bidirectional(layer):
     forward, backward = layer.forward_layer, layer.backward_layer
-    fwd, bwd = units_of(forward), units_of(backward)
+    fwd, bwd = lookup.output_units_of(forward), lookup.output_units_of(backward)
     axis = fwd.outputs[0][0]
     merge = layer.merge_mode
     if merge == "concat" and axis != -1:
@@ -147,9 +162,9 @@ def _bidirectional(layer, units_of):
     return OutputUnits(units, pairs, segments, probes=probes)
 
 
-def _time_distributed(layer, units_of):
+def _time_distributed(layer):
     inner_layer = layer.layer
-    inner = units_of(inner_layer)
+    inner = lookup.output_units_of(inner_layer)
     segments = tuple(
         None if s is None else (s[0] + 1 if s[0] >= 0 else s[0], *s[1:])
         for s in inner.outputs
@@ -162,22 +177,81 @@ def _time_distributed(layer, units_of):
     )
 
 
-TABLE = {
-    L.SimpleRNNCell: _gate_cell(1, outputs=2),
-    L.LSTMCell: _gate_cell(4),
-    L.GRUCell: _gru_cell,
-}
+def _bidirectional_units(layer):
+    inner = lookup.units_from_config(layer.forward_layer)
+    if inner is None:
+        return None
+    return 2 * inner if layer.merge_mode in ("concat", None) else inner
 
-# Layers whose declaration reads their cells' or inner layers' (`units_of`).
-NESTED = {
-    L.StackedRNNCells: _stacked_cells,
-    L.RNN: _rnn,
-    L.SimpleRNN: _rnn,
-    L.LSTM: _rnn,
-    L.GRU: _rnn,
-    L.ConvLSTM1D: _rnn,
-    L.ConvLSTM2D: _rnn,
-    L.ConvLSTM3D: _rnn,
-    L.Bidirectional: _bidirectional,
-    L.TimeDistributed: _time_distributed,
+
+def _rnn_macs(layer, input_shapes, output_shapes):
+    steps = input_shapes[0][1] or 1
+    cell = layer.cell
+    kernels = ("kernel", "recurrent_kernel")
+    return steps * sum(sizes.size(sizes.weight(cell, n)) for n in kernels)
+
+
+def _bidirectional_macs(layer, input_shapes, output_shapes):
+    return sum(
+        sizes.macs_of(inner, input_shapes, output_shapes)
+        for inner in (layer.forward_layer, layer.backward_layer)
+    )
+
+
+def _time_distributed_macs(layer, input_shapes, output_shapes):
+    steps = input_shapes[0][1] or 1
+    inner_in = [tuple(s[:1]) + tuple(s[2:]) for s in input_shapes]
+    inner_out = [tuple(s[:1]) + tuple(s[2:]) for s in output_shapes]
+    return steps * sizes.macs_of(layer.layer, inner_in, inner_out)
+
+
+_CELL = "is a recurrent cell; its RNN layer is coupled instead"
+_KERNELS = Prunable(("kernel", "recurrent_kernel"))
+_CONV_LSTM = "is a convolutional LSTM (not coupled yet)"
+
+
+def _layer(config_units=None, macs=_rnn_macs, coupling=None):
+    return LayerKind(
+        units=_rnn,
+        prunable=CONTAINER,
+        coupling=coupling or couplings.Recurrent(GATES),
+        config_units=config_units,
+        macs=macs,
+    )
+
+
+KINDS = {
+    L.SimpleRNNCell: LayerKind(
+        units=_gate_cell(1, outputs=2), prunable=_KERNELS, coupling=Refused(_CELL)
+    ),
+    L.LSTMCell: LayerKind(
+        units=_gate_cell(4), prunable=_KERNELS, coupling=Refused(_CELL)
+    ),
+    L.GRUCell: LayerKind(units=_gru_cell, prunable=_KERNELS, coupling=Refused(_CELL)),
+    # The cell of the ConvLSTM layers, which keras.layers does not export.
+    internals.conv_lstm_cell_class(): LayerKind(prunable=_KERNELS),
+    L.StackedRNNCells: LayerKind(
+        units=_stacked_cells, prunable=CONTAINER, coupling=Refused(_CELL)
+    ),
+    L.RNN: _layer(),
+    L.SimpleRNN: _layer(lambda layer: layer.units),
+    L.LSTM: _layer(lambda layer: layer.units),
+    L.GRU: _layer(lambda layer: layer.units),
+    L.ConvLSTM1D: _layer(macs=None, coupling=Refused(_CONV_LSTM)),
+    L.ConvLSTM2D: _layer(macs=None, coupling=Refused(_CONV_LSTM)),
+    L.ConvLSTM3D: _layer(macs=None, coupling=Refused(_CONV_LSTM)),
+    L.Bidirectional: LayerKind(
+        units=_bidirectional,
+        prunable=CONTAINER,
+        coupling=couplings.Bidirectional(GATES),
+        config_units=_bidirectional_units,
+        macs=_bidirectional_macs,
+    ),
+    L.TimeDistributed: LayerKind(
+        units=_time_distributed,
+        prunable=CONTAINER,
+        coupling=couplings.TimeDistributed(),
+        config_units=lambda layer: lookup.units_from_config(layer.layer),
+        macs=_time_distributed_macs,
+    ),
 }

@@ -1,15 +1,10 @@
 """A functional or Sequential Keras model's graph, as structured pruning reads it.
 
-Keras 3 keeps the graph of a functional model in private members; this
-module is the one place that reads them, and `PRIVATE_MEMBERS` lists them
-(`tests/test_pruning_units_graph.py` fails with the member's name when a
-Keras release removes one):
-
-- `Functional._nodes_by_depth`: the graph's call events (`Node`s), by depth;
-  Keras's own `_run_through_graph` walks them in the same order.
-- `Node.arguments` (a `SymbolicArguments`) with `.args` and `.kwargs`: what
-  each layer was called with, KerasTensors in place of tensors.
-- `Sequential._functional`: the functional graph a built Sequential runs.
+Keras 3 keeps the graph of a functional model in private members; the
+accessors in `maskfit.internals.graphs` read them (what each is for, and
+the Keras versions checked), and this module turns what they give into
+`Call`s: each layer call with its arguments bound to the names of its
+`call` signature.
 """
 
 import inspect
@@ -17,7 +12,7 @@ from typing import NamedTuple
 
 import keras
 
-from maskfit import internals
+from maskfit.internals import graphs
 
 __all__ = [
     "PRIVATE_MEMBERS",
@@ -30,28 +25,12 @@ __all__ = [
     "missing_members",
 ]
 
-PRIVATE_MEMBERS = (
-    (
-        "keras.src.models.functional.Functional",
-        "_nodes_by_depth",
-        "the call events of a functional model, walked in Keras's own order",
-    ),
-    (
-        "keras.src.ops.node.Node",
-        "arguments",
-        "the arguments (args, kwargs) a layer was called with in the graph",
-    ),
-    (
-        "keras.Sequential",
-        "_functional",
-        "the functional graph a built Sequential model runs",
-    ),
-    (
-        "keras.KerasTensor",
-        "_keras_history",
-        "the layer that made a model input, for its name in the shrunk model",
-    ),
-)
+# What this module reads through `maskfit.internals.graphs`
+# (`tests/test_internals.py` checks them with every other private member).
+PRIVATE_MEMBERS = graphs.PRIVATE_MEMBERS
+missing_members = graphs.missing_members
+is_graph_model = graphs.is_graph_model
+input_name = graphs.input_name
 
 
 class Call(NamedTuple):
@@ -73,17 +52,6 @@ class Call(NamedTuple):
     outputs: list
     args: tuple
     kwargs: dict
-
-
-def is_graph_model(model):
-    """Whether `model` is a functional or a built Sequential model."""
-    if isinstance(model, keras.Sequential):
-        return getattr(model, "_functional", None) is not None
-    return isinstance(model, internals.functional_class())
-
-
-def _functional(model):
-    return model._functional if isinstance(model, keras.Sequential) else model
 
 
 def _bind(layer, args, kwargs):
@@ -120,23 +88,23 @@ def graph_of(model):
             " cannot be read). Build the model with keras.Input and the"
             " functional API, or give the Sequential model an Input first."
         )
-    functional = _functional(model)
+    by_depth = graphs.nodes_by_depth(model)
     calls = []
-    for depth in sorted(functional._nodes_by_depth, reverse=True):
-        for node in functional._nodes_by_depth[depth]:
+    for depth in sorted(by_depth, reverse=True):
+        for node in by_depth[depth]:
             if node.operation is None or node.is_input:
                 continue
             if isinstance(node.operation, keras.layers.InputLayer):
                 continue
-            arguments = node.arguments
+            args, kwargs = graphs.node_arguments(node)
             calls.append(
                 Call(
                     node.operation,
-                    _bind(node.operation, arguments.args, arguments.kwargs),
+                    _bind(node.operation, args, kwargs),
                     list(node.input_tensors),
                     list(node.outputs),
-                    tuple(arguments.args),
-                    dict(arguments.kwargs),
+                    args,
+                    kwargs,
                 )
             )
     inputs = keras.tree.flatten(model.inputs)
@@ -154,29 +122,3 @@ def flatten(structure):
 def first_argument(call):
     """The first argument of a call (a nested model's inputs)."""
     return next(iter(call.arguments.values()))
-
-
-def input_name(tensor):
-    """The name of the InputLayer that made a model input `tensor`."""
-    history = getattr(tensor, "_keras_history", None)
-    operation = getattr(history, "operation", None)
-    return getattr(operation, "name", None)
-
-
-def missing_members():
-    """`[(where, member)]` of `PRIVATE_MEMBERS` this Keras lacks."""
-    inputs = keras.Input((2,))
-    model = keras.Sequential([inputs, keras.layers.Dense(1)])
-    functional = keras.Model(inputs, model(inputs))
-    missing = []
-    if not hasattr(functional, "_nodes_by_depth"):
-        missing.append(PRIVATE_MEMBERS[0][:2])
-    else:
-        nodes = [n for ns in functional._nodes_by_depth.values() for n in ns]
-        if not all(hasattr(n, "arguments") for n in nodes):
-            missing.append(PRIVATE_MEMBERS[1][:2])
-    if getattr(model, "_functional", None) is None:
-        missing.append(PRIVATE_MEMBERS[2][:2])
-    if input_name(inputs) is None:
-        missing.append(PRIVATE_MEMBERS[3][:2])
-    return missing

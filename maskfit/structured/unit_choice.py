@@ -100,7 +100,7 @@ def kept_count(channels, per_atom, fraction, round_to=None, min_units=1):
 
     Example:
 
-    >>> from maskfit.pruning import unit_choice
+    >>> from maskfit.structured import unit_choice
     >>> int(unit_choice.kept_count(64, 1, 0.3, round_to=8))
     40
     """

@@ -10,12 +10,13 @@ declaration.
 
 import numpy as np
 
-from maskfit.pruning.unit_nodes import TensorUnits
+from maskfit.structured.unit_nodes import TensorUnits
 from maskfit.units import layout as units_lib
 
 __all__ = [
     "check_own",
     "declared_units",
+    "named_variable",
     "no_units",
     "own_units",
     "read_units",
@@ -27,6 +28,18 @@ __all__ = [
 def variable(layer, name):
     """The variable of `layer` (itself, not its sublayers) called `name`, or None."""
     return next((v for v in layer.weights if v.name == name), None)
+
+
+def named_variable(layer, name):
+    """The one variable of `layer` whose name or path is `name` (a `UnitCoupling`'s)."""
+    found = [v for v in layer.weights if name in (v.name, v.path)]
+    if len(found) != 1:
+        raise ValueError(
+            f"The unit coupling of layer '{layer.name}' names variable '{name}',"
+            f" which matches {len(found)} of its variables"
+            f" {[v.path for v in layer.weights]}. Name one of them."
+        )
+    return found[0]
 
 
 def no_units(layer, why):

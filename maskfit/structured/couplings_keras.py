@@ -6,27 +6,33 @@ real gradients (`maskfit.units.layout.layer_units`), and the input slices they
 read. Depthwise convolutions pass channels through (a channel and its
 `depth_multiplier` outputs go together); normalizations and PReLU carry
 per-channel parameters. `couplings_passing` has the weightless layers,
-`couplings_sequence` the recurrent and attention layers.
+`couplings_sequence` the recurrent and attention layers; which layer class
+takes which coupling is in its record (`maskfit.kinds`).
 """
 
 import re
 
 import numpy as np
 
-from maskfit.pruning import couplings_passing as passing
-from maskfit.pruning.coupling_parts import (
+from maskfit.internals import versions
+from maskfit.structured.coupling_parts import (
     no_units,
     own_units,
     read_units,
     unsupported,
     variable,
 )
-from maskfit.pruning.couplings import Coupling, Refused
-from maskfit.pruning.unit_nodes import TensorUnits
-from maskfit.units import keras_tables
-from maskfit.units.keras_layers import LAYERS as L
+from maskfit.structured.couplings import Coupling
+from maskfit.structured.unit_nodes import TensorUnits
 
-__all__ = ["TABLE", "Depthwise", "EinsumDense", "Normalization", "PReLU", "Producer"]
+__all__ = [
+    "Depthwise",
+    "EinsumDense",
+    "Normalization",
+    "PReLU",
+    "Producer",
+    "conv_axis",
+]
 
 
 class Producer(Coupling):
@@ -75,15 +81,16 @@ class Producer(Coupling):
         return config
 
 
-def _conv_axis(layer):
+def conv_axis(layer):
+    """The channel axis of a convolution's input and output."""
     return -1 if layer.data_format == "channels_last" else -(layer.rank + 1)
 
 
 def _avoid_bias_on_last_axis(graph, call, ids):
     """Keeps a channels_first conv from as many channels as its output's last dimension.
 
-    Keras's TensorFlow backend (3.15 and others: `keras_tables` checks it by
-    running it) adds such a layer's bias along the last axis when that axis
+    Keras's TensorFlow backend (3.15 and others: `maskfit.internals.versions`
+    checks it by running it) adds such a layer's bias along the last axis when that axis
     is as long as the channels: a smaller model with that many channels
     would compute something else. Where the length is unknown, the units
     stay.
@@ -91,7 +98,7 @@ def _avoid_bias_on_last_axis(graph, call, ids):
     layer = call.layer
     if getattr(layer, "data_format", None) != "channels_first" or not layer.use_bias:
         return
-    if not keras_tables._adds_channels_first_bias_on_last_axis():
+    if not versions.adds_channels_first_bias_on_last_axis():
         return
     width = call.output_shape(0)[-1]
     reason = (
@@ -110,7 +117,7 @@ class Depthwise(Coupling):
 
     def couple(self, call, graph):
         layer = call.layer
-        axis = _conv_axis(layer)
+        axis = conv_axis(layer)
         ids = read_units(call, graph, call.inputs[0], axis)
         if ids is None:
             return [no_units(layer, "has an input of unknown channels")]
@@ -235,52 +242,3 @@ class PReLU(Coupling):
         if source.ids is not None and alpha.shape[source.axis] == len(source.ids):
             graph.slice(layer, alpha, source.axis, source.ids)
         return [source]
-
-
-def _refused(reason):
-    return Refused(reason)
-
-
-_FOREIGN = "wraps variables of another framework that maskfit cannot slice"
-
-TABLE = {
-    L.Dense: Producer({"kernel": (0, 1)}, {"kernel": (-1, 1), "bias": (0, 1)}, "units"),
-    L.EinsumDense: EinsumDense(),
-    L.Embedding: Producer({}, {"embeddings": (-1, 1)}, "output_dim"),
-    L.DepthwiseConv1D: Depthwise(),
-    L.DepthwiseConv2D: Depthwise(),
-    L.BatchNormalization: Normalization(
-        ("gamma", "beta"), ("moving_mean", "moving_variance")
-    ),
-    L.GroupNormalization: Normalization(("gamma", "beta"), grouped=True),
-    L.PReLU: PReLU(),
-    L.ReversibleEmbedding: _refused(
-        "maps its units back to the vocabulary in reverse mode with the same"
-        " weights, so its units are not separable"
-    ),
-    L.SpectralNormalization: _refused(
-        "divides the wrapped kernel by its spectral norm, which every unit changes"
-    ),
-    L.STFTSpectrogram: _refused("is a fixed Fourier transform of its input"),
-    L.MelSpectrogram: _refused("is a fixed Fourier transform of its input"),
-    L.TFSMLayer: _refused(_FOREIGN),
-    L.JaxLayer: _refused(_FOREIGN),
-    L.FlaxLayer: _refused(_FOREIGN),
-    L.TorchModuleWrapper: _refused(_FOREIGN),
-}
-for _cls in (L.Conv1D, L.Conv2D, L.Conv3D):
-    TABLE[_cls] = Producer(
-        {"kernel": (-2, 1)}, {"kernel": (-1, 1), "bias": (0, 1)}, "filters", _conv_axis
-    )
-for _cls in (L.Conv1DTranspose, L.Conv2DTranspose, L.Conv3DTranspose):
-    TABLE[_cls] = Producer(
-        {"kernel": (-1, 1)}, {"kernel": (-2, 1), "bias": (0, 1)}, "filters", _conv_axis
-    )
-for _cls in (L.SeparableConv1D, L.SeparableConv2D):
-    TABLE[_cls] = Producer(
-        {"depthwise_kernel": (-2, 1), "pointwise_kernel": (-2, "multiplier")},
-        {"pointwise_kernel": (-1, 1), "bias": (0, 1)},
-        "filters",
-        _conv_axis,
-    )
-TABLE.update(passing.TABLE)

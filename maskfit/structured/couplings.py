@@ -4,11 +4,13 @@ A coupling says, for one call of a layer in a model's graph, which entries
 of the layer's variables belong to which unit nodes (the units it makes,
 the input channels it reads, per-channel parameters), which units pass
 through to its outputs, and what its config becomes once units are removed
-(`shrink_config`). Built-in Keras layers have theirs in
-`maskfit.pruning.couplings_keras` and `couplings_sequence`; a custom layer
-declares one with a `maskfit_unit_coupling(self)` method returning a
-`Coupling` (usually a `UnitCoupling`), or `register_coupling`. A layer with
-none is refused: every unit it reads stays.
+(`shrink_config`). Built-in Keras layers have theirs in their records
+(`maskfit.kinds`; the classes in `couplings_keras`, `couplings_passing`,
+`couplings_sequence`); a custom layer declares one with a
+`maskfit_unit_coupling(self)` method returning a `Coupling` (usually a
+`UnitCoupling`), or `register_coupling`. A layer with none is refused:
+every unit it reads stays. The lookup order is maskfit's one
+(`maskfit.kinds.record.Lookup`), as for output units.
 """
 
 import inspect
@@ -16,6 +18,11 @@ from typing import NamedTuple
 
 import keras
 import numpy as np
+
+from maskfit.kinds import record
+from maskfit.structured import coupling_parts as parts
+from maskfit.structured import declared_check
+from maskfit.structured.unit_nodes import TensorUnits
 
 __all__ = [
     "CallUnits",
@@ -27,7 +34,7 @@ __all__ = [
 ]
 
 DECLARATION_METHOD = "maskfit_unit_coupling"
-_registry = {}
+_LOOKUP = record.Lookup("coupling", DECLARATION_METHOD)
 
 
 class CallUnits(NamedTuple):
@@ -201,10 +208,6 @@ class UnitCoupling(Coupling):
         self.input_axis = int(input_axis)
 
     def couple(self, call, graph):
-        from maskfit.pruning import coupling_parts as kinds
-        from maskfit.pruning import declared_check
-        from maskfit.pruning.unit_nodes import TensorUnits
-
         layer = call.layer
         source = call.inputs[0] if call.inputs else None
         for units in call.inputs[1:]:
@@ -216,7 +219,7 @@ class UnitCoupling(Coupling):
         ids = None
         if self.reads or self.passes:
             declared_check.check(layer, call, self)
-            ids = kinds.read_units(call, graph, source, self.input_axis)
+            ids = parts.read_units(call, graph, source, self.input_axis)
         elif source is not None:
             graph.fix(
                 source.ids,
@@ -225,7 +228,7 @@ class UnitCoupling(Coupling):
             )
         if ids is not None:
             for name, axis in self.reads.items():
-                graph.slice(layer, _variable(layer, name), axis, ids)
+                graph.slice(layer, parts.named_variable(layer, name), axis, ids)
         rest = [TensorUnits.none(f"output of '{layer.name}' after its first")] * (
             call.num_outputs - 1
         )
@@ -233,29 +236,18 @@ class UnitCoupling(Coupling):
             if ids is None:
                 return [source] + rest
             for name, axis in self.per_channel.items():
-                graph.slice(layer, _variable(layer, name), axis, ids)
+                graph.slice(layer, parts.named_variable(layer, name), axis, ids)
             return [TensorUnits(self.input_axis, ids, source.reason)] + rest
         if self.units_config is None:
             return [
-                kinds.no_units(layer, "makes no units of its own")
+                parts.no_units(layer, "makes no units of its own")
             ] * call.num_outputs
-        return kinds.declared_units(call, graph)
+        return parts.declared_units(call, graph)
 
     def shrink_config(self, layer, config, shrunk):
         if self.units_config is not None:
             config[self.units_config] = shrunk.count(layer, "units")
         return config
-
-
-def _variable(layer, name):
-    found = [v for v in layer.weights if name in (v.name, v.path)]
-    if len(found) != 1:
-        raise ValueError(
-            f"The unit coupling of layer '{layer.name}' names variable '{name}',"
-            f" which matches {len(found)} of its variables"
-            f" {[v.path for v in layer.weights]}. Name one of them."
-        )
-    return found[0]
 
 
 def register_coupling(layer_class, coupling):
@@ -281,9 +273,9 @@ def register_coupling(layer_class, coupling):
             f" Received: {layer_class!r}"
         )
     if coupling is None:
-        _registry.pop(layer_class, None)
+        _LOOKUP.register(layer_class, None)
     elif isinstance(coupling, Coupling) or callable(coupling):
-        _registry[layer_class] = coupling
+        _LOOKUP.register(layer_class, coupling)
     else:
         raise TypeError(
             "register_coupling expects a maskfit.pruning.Coupling, a function"
@@ -291,29 +283,21 @@ def register_coupling(layer_class, coupling):
         )
 
 
-_builtin = {}
-
-
-def _builtin_table():
-    if not _builtin:
-        from maskfit.pruning import couplings_keras, couplings_sequence
-
-        _builtin.update(couplings_keras.TABLE)
-        _builtin.update(couplings_sequence.TABLE)
-    return _builtin
-
-
 def builtin_table():
     """`{Keras layer class: Coupling}` of the built-in couplings (refusals too)."""
-    return dict(_builtin_table())
+    return {
+        cls: _LOOKUP.builtin(cls)
+        for cls in record.builtin_classes()
+        if _LOOKUP.builtin(cls) is not None
+    }
 
 
 def coupling_of(layer):
     """Returns the `Coupling` of `layer`: registered, declared, built-in, or a refusal."""
     cls = type(layer)
-    found = _registry.get(cls)
-    if found is None and hasattr(layer, DECLARATION_METHOD):
-        found = getattr(layer, DECLARATION_METHOD)()
+    source, found = _LOOKUP.find(layer)
+    if source == "method":
+        found = found()
         if not isinstance(found, Coupling):
             raise TypeError(
                 f"{cls.__name__}.{DECLARATION_METHOD}() returned {found!r};"
@@ -321,10 +305,8 @@ def coupling_of(layer):
             )
         return found
     if found is None:
-        found = _builtin_table().get(cls)
-    if found is None:
-        base = next((b for b in cls.__mro__[1:] if b in _builtin_table()), None)
-        if base is not None and not isinstance(_builtin_table()[base], Refused):
+        base = _LOOKUP.builtin_base(cls)
+        if base is not None and not isinstance(_LOOKUP.builtin(base), Refused):
             return Refused(
                 f"subclasses keras.layers.{base.__name__} and may compute"
                 " differently (declare it: maskfit.pruning.register_coupling("

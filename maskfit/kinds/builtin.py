@@ -1,0 +1,54 @@
+"""Every family's layer kinds, each class once, installed as maskfit's built-in records.
+
+`install()` runs once, when maskfit is imported (`maskfit/__init__.py`).
+A new Keras layer kind is one `LayerKind` in the module of its family;
+the test sweeps in `tests/test_output_units.py`, `tests/test_pruning_registry.py`
+and `tests/test_pruning_units_shrink.py` check it against the layer's real
+gradients and against every class `keras.layers` exports.
+"""
+
+from maskfit.kinds import (
+    attention,
+    conv,
+    dense,
+    elementwise,
+    normalization,
+    record,
+    recurrent,
+    refused,
+    reshaping,
+)
+
+__all__ = ["FAMILIES", "KINDS", "install"]
+
+FAMILIES = (
+    dense,
+    conv,
+    normalization,
+    elementwise,
+    reshaping,
+    recurrent,
+    attention,
+    refused,
+)
+
+
+def _merged():
+    kinds = {}
+    for family in FAMILIES:
+        twice = sorted(c.__name__ for c in set(kinds) & set(family.KINDS))
+        if twice:
+            raise ValueError(
+                f"Layer classes {twice} have a record in {family.__name__} and in"
+                " another family: each class has one record."
+            )
+        kinds.update(family.KINDS)
+    return kinds
+
+
+KINDS = _merged()
+
+
+def install():
+    """Installs `KINDS` as the built-in records (`maskfit.kinds.record`)."""
+    record.install(KINDS)
