@@ -36,7 +36,7 @@ FILES = ["README.md"] + sorted(
 )
 DIRECTIVES = ("setup", "continues", "replace", "slow", "skip")
 
-_FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
+_FENCE = re.compile(r"^(\s*)```\s*([\w+-]*).*$")
 _DIRECTIVE = re.compile(r"^\s*<!--\s*example:\s*(\w+)(.*?)(-->\s*)?$", re.S)
 
 
@@ -95,7 +95,7 @@ def collect(path):
         end = i + 1
         while not re.match(r"^\s*```\s*$", lines[end]):
             end += 1
-        if language == "python":
+        if language in ("python", "py"):
             code = "\n".join(line[len(indent) :] for line in lines[i + 1 : end])
             examples = _add(path, lines, i, code, examples)
         i = end + 1
@@ -238,7 +238,7 @@ def test_a_marker_must_sit_right_above_a_python_fence(tmp_path):
                 end += 1
             following = lines[end + 1] if end + 1 < len(lines) else ""
             fence = _FENCE.match(following)
-            attached = fence is not None and fence.group(2) == "python"
+            attached = fence is not None and fence.group(2) in ("python", "py")
             attached = attached or _DIRECTIVE.match(following) is not None
             assert attached, (
                 f"{path}:{index + 1}: an example marker must be followed by a"
