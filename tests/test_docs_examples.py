@@ -24,6 +24,8 @@ import ast
 import os
 import re
 import shlex
+import sys
+import textwrap
 import time
 
 import pytest
@@ -169,9 +171,18 @@ def _placeholders_out(tree, namespace, where):
     return tree
 
 
+def _parsed(code, path, line):
+    """`code`'s syntax tree, numbered as the lines of the Markdown file."""
+    tree = ast.parse(code, path)
+    ast.increment_lineno(tree, line - 1)
+    return tree
+
+
 def run(example, namespace):
+    """Runs the example's setup and code in `namespace`; raises what they raise."""
     for line, code in example.setup:
-        exec(compile(code, f"{example.path}:{line} (setup)", "exec"), namespace)
+        tree = _parsed(textwrap.dedent(code), example.path, line)
+        exec(compile(tree, example.path, "exec"), namespace)
     for old, _ in example.replace:
         if not any(old in code for _, code in example.code):
             raise AssertionError(f"{example.name}: `replace` finds no {old!r}")
@@ -179,8 +190,9 @@ def run(example, namespace):
         for old, new in example.replace:
             code = code.replace(old, new)
         where = f"{example.path}:{line}"
-        tree = _placeholders_out(ast.parse(code, where), namespace, where)
-        exec(compile(tree, where, "exec"), namespace)
+        tree = _parsed(code, example.path, line)
+        tree = _placeholders_out(tree, namespace, where)
+        exec(compile(tree, example.path, "exec"), namespace)
 
 
 def _params():
@@ -193,16 +205,24 @@ def _params():
 def _report(request):
     start = time.perf_counter()
     yield
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or capture is None or not sum(_COUNTS.values()):
+    if not sum(_COUNTS.values()):
         return
+    line = (
+        f"docs examples: {_COUNTS['ran']} ran, {_COUNTS['skipped']} skipped,"
+        f" {_COUNTS['failed']} failed, of {len(EXAMPLES)} in README.md and"
+        f" docs/*.md ({time.perf_counter() - start:.0f} s)"
+    )
+    plugins = request.config.pluginmanager
+    reporter = plugins.get_plugin("terminalreporter")
+    capture = plugins.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled():
-        reporter.write_line(
-            f"\ndocs examples: {_COUNTS['ran']} ran, {_COUNTS['skipped']} skipped,"
-            f" {_COUNTS['failed']} failed, of {len(EXAMPLES)} in README.md and"
-            f" docs/*.md ({time.perf_counter() - start:.0f} s)"
-        )
+        if hasattr(request.config, "workerinput"):
+            # A pytest-xdist worker: its stderr, not its reporter, reaches the run's.
+            print(
+                f"\n[{request.config.workerinput['workerid']}] {line}", file=sys.stderr
+            )
+        elif reporter is not None:
+            reporter.write_line("\n" + line)
 
 
 @pytest.mark.parametrize("example", _params())
