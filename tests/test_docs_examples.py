@@ -6,6 +6,8 @@ before a fence (invisible on GitHub and on the site) tells how to run it:
 - `<!-- example: setup` + code + `-->`: code run first, in the example's
   namespace (imports, tiny data where the example says `x, y`, a model where
   it says `model`).
+- `<!-- example: then` + code + `-->`: code run after the example (a check
+  that what the page says of it holds).
 - `<!-- example: continues -->`: the fence goes on from the previous Python
   fence of the file: it runs after it, in its namespace, as one example.
 - `<!-- example: replace OLD NEW -->`: runs the example with the string OLD
@@ -36,7 +38,7 @@ FILES = ["README.md"] + sorted(
     for name in os.listdir(os.path.join(ROOT, "docs"))
     if name.endswith(".md")
 )
-DIRECTIVES = ("setup", "continues", "replace", "slow", "skip")
+DIRECTIVES = ("setup", "then", "continues", "replace", "slow", "skip")
 
 _FENCE = re.compile(r"^(\s*)```\s*([\w+-]*).*$")
 _DIRECTIVE = re.compile(r"^\s*<!--\s*example:\s*(\w+)(.*?)(-->\s*)?$", re.S)
@@ -47,7 +49,7 @@ class Example:
 
     def __init__(self, path, line):
         self.path, self.line = path, line
-        self.setup, self.code, self.replace = [], [], []
+        self.setup, self.code, self.then, self.replace = [], [], [], []
         self.slow, self.skip = False, None
 
     @property
@@ -115,8 +117,8 @@ def _add(path, lines, index, code, examples):
         example = Example(path, index + 1)
         examples.append(example)
     for line, word, rest in directives:
-        if word == "setup":
-            example.setup.append((line + 1, rest))
+        if word in ("setup", "then"):
+            getattr(example, word).append((line + 1, rest))
         elif word == "replace":
             parts = shlex.split(rest)
             if len(parts) != 2:
@@ -180,9 +182,7 @@ def _parsed(code, path, line):
 
 def run(example, namespace):
     """Runs the example's setup and code in `namespace`; raises what they raise."""
-    for line, code in example.setup:
-        tree = _parsed(textwrap.dedent(code), example.path, line)
-        exec(compile(tree, example.path, "exec"), namespace)
+    _run_hidden(example.setup, example.path, namespace)
     for old, _ in example.replace:
         if not any(old in code for _, code in example.code):
             raise AssertionError(f"{example.name}: `replace` finds no {old!r}")
@@ -193,6 +193,13 @@ def run(example, namespace):
         tree = _parsed(code, example.path, line)
         tree = _placeholders_out(tree, namespace, where)
         exec(compile(tree, example.path, "exec"), namespace)
+    _run_hidden(example.then, example.path, namespace)
+
+
+def _run_hidden(parts, path, namespace):
+    for line, code in parts:
+        tree = _parsed(textwrap.dedent(code), path, line)
+        exec(compile(tree, path, "exec"), namespace)
 
 
 def _params():
