@@ -5,7 +5,7 @@ import copy
 import keras
 
 from maskfit import internals
-from maskfit.model import conversion
+from maskfit.model.conversion import PrunedModel, masked_model
 from maskfit.pruning import registry
 from maskfit.pruning import rule as rule_lib
 from maskfit.spec import pruning_schedule as schedules
@@ -13,8 +13,6 @@ from maskfit.spec import rules as mask_rules
 
 # `PrunedModel` and `masked_model` live in `maskfit.model.conversion`; their
 # import path of 0.1.0 stays.
-PrunedModel = conversion.PrunedModel
-masked_model = conversion.masked_model
 
 __all__ = ["PrunedModel", "masked_model", "prune_low_magnitude", "strip_pruning"]
 
