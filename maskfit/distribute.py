@@ -18,7 +18,10 @@ __all__ = [
 ]
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
+"""The strategy names `make_strategy` (and the experiments' `--strategy`) take."""
+
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+"""The Keras dtype policies `set_precision` (and `--precision`) take."""
 
 
 def _check_name(value, valid, what):
@@ -159,6 +162,14 @@ def is_chief(strategy=None):
 
     Args:
       strategy: the strategy in use; by default the current one.
+
+    Example:
+
+    >>> import maskfit.distribute as distribute
+    >>> distribute.is_chief()  # one process, no TF_CONFIG: it writes
+    True
+    >>> distribute.is_chief(distribute.make_strategy("default"))
+    True
     """
     strategy = tf.distribute.get_strategy() if strategy is None else strategy
     resolver = getattr(strategy, "cluster_resolver", None)

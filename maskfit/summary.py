@@ -21,6 +21,18 @@ class SummaryRow(NamedTuple):
     never freezes; `pruned` counts the entries a rule dropped: pruning's
     (frozen at 0), or those sparse training (`maskfit.sparse`) holds at 0
     now and may grow back; both count in `frozen` too.
+
+    Example:
+
+    >>> import keras, maskfit
+    >>> inputs = keras.Input((3,))
+    >>> head = maskfit.set_mask(keras.layers.Dense(2, name="head"), maskfit.OutputMask([1, 0]))
+    >>> model = keras.Model(inputs, head(inputs))
+    >>> kernel = maskfit.summary(model, print_fn=None).rows[0]
+    >>> kernel
+    SummaryRow(path='head/kernel', shape=(3, 2), params=6, learnable=3, mask_kind='output', shared=0, pruned=0)
+    >>> kernel.frozen, kernel.sparsity
+    (3, 0.0)
     """
 
     path: str
@@ -56,6 +68,18 @@ class Summary:
         several output units (never frozen by the mask).
       pruned_params: parameters a rule dropped (`maskfit.pruning`,
         `maskfit.sparse`), included in the frozen ones.
+
+    Example:
+
+    >>> import keras, maskfit
+    >>> inputs = keras.Input((3,))
+    >>> head = maskfit.set_mask(keras.layers.Dense(2, name="head"), maskfit.OutputMask([1, 0]))
+    >>> model = keras.Model(inputs, head(inputs))
+    >>> result = maskfit.summary(model, print_fn=None)
+    >>> result.trainable_params, result.learnable_params, result.frozen_params
+    (8, 4, 4)
+    >>> [(row.path, row.learnable) for row in result.rows]
+    [('head/kernel', 3), ('head/bias', 1)]
     """
 
     rows: tuple
@@ -72,6 +96,7 @@ class Summary:
 
     @property
     def total_params(self):
+        """Parameters in all variables, trainable or not."""
         return self.trainable_params + self.non_trainable_params
 
 

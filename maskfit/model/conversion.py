@@ -63,6 +63,23 @@ class PrunedModel(classes.MaskedModel):
     Args:
       model: a `keras.Model`, built or not.
       **kwargs: `keras.Model` arguments (`name`, `trainable`, `dtype`).
+
+    Example:
+
+    >>> import keras, numpy as np, maskfit.pruning as pruning
+    >>> class Net(keras.Model):  # subclassed: its call() is Python code
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.dense = keras.layers.Dense(2)
+    ...     def call(self, x):
+    ...         return self.dense(x)
+    >>> net = Net()
+    >>> _ = net(np.zeros((1, 3)))
+    >>> pruned = pruning.prune_low_magnitude(net)
+    >>> type(pruned).__name__, pruned.model is net
+    ('PrunedModel', True)
+    >>> pruning.strip_pruning(pruned) is net
+    True
     """
 
     def __init__(self, model, **kwargs):

@@ -76,6 +76,15 @@ class RegistryEntry(
       weights: the names of the pruned variables ("prunable" only); a name in
         brackets is pruned when the layer has it.
       reason: why an "unsupported" class is refused, else "".
+
+    Example:
+
+    >>> import keras, maskfit.pruning as pruning
+    >>> entry = pruning.classify(keras.layers.Dense)
+    >>> entry.kind, entry.weights
+    ('prunable', ('kernel',))
+    >>> pruning.classify(keras.layers.LSTM).kind  # pruned through its cell
+    'container'
     """
 
 

@@ -34,6 +34,15 @@ class LayerSparsity(
       key: the weight's name under the allocated layer, its layer path and
         name (`"dense_1/kernel"`), as maskfit keys saved state: the same in a
         model rebuilt from its config, so random draws keyed by it are too.
+
+    Example:
+
+    >>> import keras, maskfit.sparse as sparse
+    >>> model = keras.Sequential([keras.Input((40,)), keras.layers.Dense(100, name="a"),
+    ...                           keras.layers.Dense(10, name="b")])
+    >>> first = sparse.allocate(model, 0.8)[0]
+    >>> first.layer.name, first.key, round(first.sparsity, 2), first.active
+    ('a', 'a/kernel', 0.86, 560)
     """
 
 
@@ -121,7 +130,19 @@ def allocate(
 
 
 def overall_sparsity(entries):
-    """The fraction of zeros over all weights of `entries` (from `allocate`)."""
+    """The fraction of zeros over all weights of `entries` (from `allocate`).
+
+    Example:
+
+    >>> import keras, maskfit.sparse as sparse
+    >>> model = keras.Sequential([keras.Input((40,)), keras.layers.Dense(100, name="a"),
+    ...                           keras.layers.Dense(10, name="b")])
+    >>> round(sparse.overall_sparsity(sparse.allocate(model, 0.8)), 4)
+    0.8
+    >>> dense_a = sparse.allocate(model, 0.8, dense_first_layer=True)
+    >>> round(sparse.overall_sparsity(dense_a), 4)  # b's 800 zeros of 5000 weights
+    0.16
+    """
     size = sum(int(np.prod(e.variable.shape)) for e in entries)
     return 1.0 - sum(e.active for e in entries) / size
 

@@ -29,6 +29,7 @@ import numpy as np
 __all__ = ["DISTRIBUTIONS", "active_count", "check_arguments", "layer_sparsities"]
 
 DISTRIBUTIONS = ("uniform", "erdos_renyi", "erdos_renyi_kernel")
+"""The names of the per-layer sparsity distributions, as the module describes them."""
 
 
 def active_count(size, sparsity):

@@ -29,6 +29,19 @@ class DropGrow(
       grown: bool: entries inactive before and active now (to start at +0.0
         with fresh optimizer state). Disjoint from `dropped`.
       count: int32 scalar: how many were dropped (= how many were grown).
+
+    Example:
+
+    >>> import tensorflow as tf, maskfit.sparse as sparse
+    >>> update = sparse.drop_grow(
+    ...     weights=tf.constant([0.5, -0.1, 0.0, 0.0]),
+    ...     keep=tf.constant([True, True, False, False]),
+    ...     grow_scores=tf.constant([0.0, 0.0, 1.0, 2.0]),
+    ...     drop_fraction=0.5)
+    >>> update.dropped.numpy().tolist(), update.grown.numpy().tolist()
+    ([False, True, False, False], [False, False, False, True])
+    >>> update.keep.numpy().tolist(), int(update.count)
+    ([True, False, False, True], 1)
     """
 
 

@@ -55,6 +55,25 @@ class DynamicSparsity(rules.MaskRule):
       custom_sparsity_map: None or `{layer name: sparsity}`, out of the budget.
       erk_power_scale: the power of ERK's ratio, > 0.
       seed: a non-negative integer: the initial masks (and SET's draws).
+
+    Subclasses implement `grow_scores` (and set `uses_gradients = True` to be
+    given the step's dense gradient, as `RigL`).
+
+    Example:
+
+    >>> import tensorflow as tf, maskfit.sparse as sparse
+    >>> class GrowFirst(sparse.DynamicSparsity):  # grows at the lowest free index
+    ...     def grow_scores(self, step, variable, weights, gradient):
+    ...         size = tf.size(weights)
+    ...         return -tf.reshape(tf.cast(tf.range(size), tf.float32), weights.shape)
+    >>> rule = GrowFirst(sparsity=0.5, t_end=1000, delta_t=100, alpha=0.5,
+    ...                  drop_fraction_anneal="constant")
+    >>> [bool(rule.should_update(step)) for step in (99, 100, 101)]
+    [False, True, False]
+    >>> moved = rule.update(100, None, tf.constant([0.0, 0.0, 0.4, -0.1]),
+    ...                     tf.constant([False, False, True, True]))
+    >>> moved.keep.numpy().tolist()  # -0.1 dropped, index 0 grown
+    [True, False, True, False]
     """
 
     regrows = True

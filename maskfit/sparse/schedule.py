@@ -42,6 +42,7 @@ class _NumPy:
 
 
 ANNEALS = ("cosine", "constant")
+"""The values of `drop_fraction_anneal`: RigL's cosine decay to 0 at `t_end`, or none."""
 
 
 class UpdateSchedule:

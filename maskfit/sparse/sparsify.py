@@ -9,6 +9,7 @@ from maskfit.spec import rules
 __all__ = ["METHODS", "sparsify"]
 
 METHODS = {"set": sparse_rules.SET, "rigl": sparse_rules.RigL}
+"""`sparsify`'s methods: `{name: the DynamicSparsity rule it declares}`."""
 
 
 def sparsify(

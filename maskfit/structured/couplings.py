@@ -83,6 +83,25 @@ class Coupling:
     `maskfit_unit_coupling(self)` method (or `register_coupling`); most
     custom layers need only `UnitCoupling`. Both methods run on the host,
     once per call of the layer in the graph, not in the training step.
+
+    Example:
+
+    >>> import keras, maskfit.pruning as pruning
+    >>> class Swish(keras.layers.Layer):  # element-wise: channel c stays channel c
+    ...     def call(self, x):
+    ...         return x * keras.ops.sigmoid(x)
+    >>> class PassesChannels(pruning.Coupling):
+    ...     def couple(self, call, graph):
+    ...         return [call.inputs[0]]  # the output's units are the input's
+    >>> pruning.register_coupling(Swish, PassesChannels())
+    >>> inputs = keras.Input((4,))
+    >>> hidden = keras.layers.Dense(8, name="hidden")(inputs)
+    >>> model = keras.Model(inputs, keras.layers.Dense(2)(Swish()(hidden)))
+    >>> [group.layers for group in pruning.DependencyGraph(model).groups]
+    [('hidden',)]
+    >>> pruning.register_coupling(Swish, None)
+    >>> pruning.DependencyGraph(model).groups  # undeclared: the units it reads stay
+    ()
     """
 
     def couple(self, call, graph):
@@ -293,7 +312,17 @@ def builtin_table():
 
 
 def coupling_of(layer):
-    """Returns the `Coupling` of `layer`: registered, declared, built-in, or a refusal."""
+    """Returns the `Coupling` of `layer`: registered, declared, built-in, or a refusal.
+
+    Example:
+
+    >>> import keras, maskfit.pruning as pruning
+    >>> isinstance(pruning.coupling_of(keras.layers.Dense(4)), pruning.Coupling)
+    True
+    >>> refused = pruning.coupling_of(keras.layers.Lambda(lambda x: x))
+    >>> type(refused).__name__, "Lambda" in refused.reason
+    ('Refused', True)
+    """
     cls = type(layer)
     source, found = _LOOKUP.find(layer)
     if source == "method":

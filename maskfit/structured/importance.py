@@ -14,7 +14,26 @@ __all__ = ["Importance", "MagnitudeImportance", "TaylorImportance", "get_importa
 
 
 class Importance:
-    """Base class: a score for every entry of a variable (higher is kept)."""
+    """Base class: a score for every entry of a variable (higher is kept).
+
+    A unit's score is the sum of the scores of the entries that go with it.
+    Subclass it for a score of your own (or pass a function `(variable, value) -> scores`);
+    set `needs_gradients` and implement `accumulate` for one that sums a
+    quantity of each step's gradients, as `TaylorImportance` does.
+
+    Example:
+
+    >>> import keras, tensorflow as tf, maskfit.pruning as pruning
+    >>> class L1(pruning.Importance):  # what MagnitudeImportance(p=1) computes
+    ...     def __call__(self, variable, value, accumulated):
+    ...         return tf.abs(value)
+    >>> inputs = keras.Input((2,))
+    >>> hidden = keras.layers.Dense(4, name="hidden")
+    >>> model = keras.Model(inputs, keras.layers.Dense(1)(hidden(inputs)))
+    >>> _ = hidden.kernel.assign([[1.0, 0.1, 2.0, 0.0], [1.0, 0.1, 2.0, 0.0]])
+    >>> pruning.select_units(model, 0.5, importance=L1()).removed()
+    {'hidden': {'units': [1, 3]}}
+    """
 
     # Whether the training step must feed it gradients (`accumulate`).
     needs_gradients = False

@@ -22,24 +22,46 @@ class LayerSize(NamedTuple):
 
 
 class SizeReport(NamedTuple):
-    """The rows of `size_report` and their totals; `str()` gives the table."""
+    """The rows of `size_report` and their totals; `str()` gives the table.
+
+    Example:
+
+    >>> import keras, maskfit.pruning as pruning
+    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, name="a"),
+    ...                           keras.layers.Dense(2, name="b")])
+    >>> small = pruning.shrink(model, pruning.select_units(model, 0.5))
+    >>> report = pruning.size_report(model, small)
+    >>> report.params_before, report.params_after
+    (58, 30)
+    >>> print(report)
+    Layer  Kind   Params  -> after  MACs  -> after
+    ----------------------------------------------
+    a      Dense      40        20    32        16
+    b      Dense      18        10    16         8
+    ----------------------------------------------
+    Total             58        30    48        24
+    """
 
     rows: tuple
 
     @property
     def params_before(self):
+        """Parameters of the rows' layers before `shrink`."""
         return sum(r.params_before for r in self.rows)
 
     @property
     def params_after(self):
+        """Parameters of the rows' layers after `shrink`."""
         return sum(r.params_after for r in self.rows)
 
     @property
     def macs_before(self):
+        """Multiply-accumulates per example before `shrink`."""
         return sum(r.macs_before for r in self.rows)
 
     @property
     def macs_after(self):
+        """Multiply-accumulates per example after `shrink`."""
         return sum(r.macs_after for r in self.rows)
 
     def __str__(self):

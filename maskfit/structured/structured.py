@@ -108,6 +108,19 @@ class UnitSelection(NamedTuple):
     Made by `select_units` (one-shot), `unit_selection` (read from a pruned
     model's keep masks) or `UnitSelection.removing` (units named by hand);
     `shrink` cuts the others out.
+
+    Example:
+
+    >>> import keras, maskfit.pruning as pruning
+    >>> inputs = keras.Input((4,))
+    >>> hidden = keras.layers.Dense(8, name="hidden")(inputs)
+    >>> model = keras.Model(inputs, keras.layers.Dense(2, name="head")(hidden))
+    >>> selection = pruning.UnitSelection.removing(model, {"hidden": [0, 5]})
+    >>> selection.removed()
+    {'hidden': {'units': [0, 5]}}
+    >>> small = pruning.shrink(model, selection)
+    >>> small.get_layer("hidden").units, tuple(small.get_layer("head").kernel.shape)
+    (6, (6, 2))
     """
 
     graph: object
@@ -314,6 +327,22 @@ def unit_selection(model):
 
     Raises:
       ValueError: if `model` carries no `UnitPruning` rule.
+
+    Example:
+
+    >>> import keras, numpy as np, maskfit.pruning as pruning
+    >>> inputs = keras.Input((4,))
+    >>> hidden = keras.layers.Dense(8, name="hidden")(inputs)
+    >>> model = pruning.prune_units(keras.Model(inputs, keras.layers.Dense(2)(hidden)),
+    ...                             pruning.ConstantSparsity(0.5, begin_step=1, end_step=1))
+    >>> pruning.unit_selection(model).removed()  # before training: none yet
+    {}
+    >>> model.compile(optimizer="sgd", loss="mse")
+    >>> _ = model.fit(np.ones((8, 4)), np.ones((8, 2)), batch_size=8, verbose=0)
+    >>> len(pruning.unit_selection(model).removed()["hidden"]["units"])
+    4
+    >>> pruning.shrink(model, pruning.unit_selection(model)).get_layer("hidden").units
+    4
     """
     rule = rules_lib.get_rule(model)
     if not isinstance(rule, unit_rule.UnitPruning):

@@ -41,6 +41,20 @@ class UnitGroup(NamedTuple):
       kind: "units" or "heads" (`round_to` does not apply to heads).
       avoid: numbers of kept atoms the choice steps over (a layer of the
         group would compute wrongly with that many channels: `avoid`).
+
+    Example:
+
+    >>> import keras, maskfit.pruning as pruning
+    >>> inputs = keras.Input((4,))
+    >>> a = keras.layers.Dense(8, name="a")(inputs)
+    >>> b = keras.layers.Dense(8, name="b")(inputs)
+    >>> joined = keras.layers.Add()([a, b])  # unit u of a goes with unit u of b
+    >>> model = keras.Model(inputs, keras.layers.Dense(2, name="head")(joined))
+    >>> group, = pruning.DependencyGraph(model).groups
+    >>> group
+    UnitGroup(0, layers=['a', 'b'], atoms=8, channels=8)
+    >>> group.layers, group.kind, len(group.atoms)
+    (('a', 'b'), 'units', 8)
     """
 
     index: int

@@ -68,6 +68,22 @@ class UnitPruning(rules_lib.MaskRule):
       round_to: keep a multiple of this many channels per group (not heads).
       min_units: keep at least this many channels per group.
       ignored_layers: layers (or names) whose own units stay.
+
+    Example:
+
+    >>> import keras, numpy as np, maskfit, maskfit.pruning as pruning
+    >>> from maskfit import mask_rules
+    >>> model = maskfit.MaskedSequential([keras.Input((4,)), keras.layers.Dense(8),
+    ...                                   keras.layers.Dense(2)])
+    >>> rule = pruning.UnitPruning(pruning.ConstantSparsity(0.25, begin_step=1, end_step=1),
+    ...                            importance="taylor", round_to=2)
+    >>> rule.observes_gradients  # Taylor scores need the step's gradients
+    True
+    >>> _ = mask_rules.set_rule(model, rule)  # what prune_units(model, ...) does
+    >>> model.compile(optimizer="adam", loss="mse")
+    >>> _ = model.fit(np.random.rand(8, 4), np.random.rand(8, 2), batch_size=8, verbose=0)
+    >>> maskfit.summary(model, print_fn=None).pruned_params  # 2 units: 2 * (4 + 1 + 2)
+    14
     """
 
     def __init__(

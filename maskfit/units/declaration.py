@@ -39,6 +39,12 @@ class _Shared:
 
 
 SHARED = _Shared()
+"""The ownership of a variable whose every entry affects several output units.
+
+Give it in an `OutputUnits` declaration (`{"offset": maskfit.SHARED}`), e.g.
+for a bias added to every unit: an `OutputMask` never freezes it, and
+`maskfit.summary` counts its entries as shared (docs/output_mask.md).
+"""
 
 
 class UnitsAlong:
