@@ -1,12 +1,16 @@
 """A MkDocs hook: the build fails unless every public name is documented.
 
 For each module an API page renders (a `::: maskfit.x` line in docs/api/*.md),
-every name in the module's `__all__` must have a docstring and appear on that
-page (its `id="module.name"` anchor in the built HTML); a submodule in
-`__all__` needs its own `:::` line. The check reads the code with griffe, as
-mkdocstrings does, so it sees the docstrings the site shows. Constants count
-too: an attribute docstring (a string literal right after the assignment)
-documents them.
+every public name (the module's `__all__`, or without one the public names it
+defines) must have a docstring and appear on that page (its
+`id="module.name"` anchor in the built HTML); a submodule in `__all__` needs
+its own `:::` line. Every public class and function must also have an
+`Example:` section with a doctest (`>>>`), which tests/test_api_examples.py
+runs; constants (attribute docstrings) and modules need none. The check reads
+the code with griffe, as mkdocstrings does, so it sees the docstrings the
+site shows. The names in WITHOUT_EXAMPLE are the exceptions the build
+tolerates for now, and it fails once one of them has an example, so that the
+list can only shrink.
 """
 
 import pathlib
@@ -15,7 +19,19 @@ import re
 import griffe
 from mkdocs.exceptions import PluginError
 
+# Temporary: public classes and functions without an example yet. The build
+# fails once one of them has one (then remove it here); the list only shrinks.
+# tests/test_api_examples.py reads it too.
+WITHOUT_EXAMPLE = {
+    # maskfit/spec/layerwise.py is being rewritten on another branch; its
+    # new docstring gets the example.
+    "maskfit.LayerwiseBlock",
+}
+
 _DIRECTIVE = re.compile(r"^:::\s+(maskfit(?:\.\w+)*)\s*$", re.M)
+# An `Example:` section header on a line of its own (also `Examples:`, or
+# with a caption: `Example (prune to 50% once):`).
+_EXAMPLE = re.compile(r"^\s*Examples?(\s+\(.*\))?:\s*$", re.M)
 
 
 def documented_modules(docs_dir):
@@ -25,6 +41,23 @@ def documented_modules(docs_dir):
         for path in _DIRECTIVE.findall(page.read_text(encoding="utf-8")):
             pages[path] = page.relative_to(docs_dir).as_posix()
     return pages
+
+
+def public_names(module):
+    """The module's `__all__`, or without one the public names it defines."""
+    if module.exports is not None:
+        return [getattr(name, "name", name) for name in module.exports]
+    return [
+        name
+        for name, member in module.members.items()
+        if not name.startswith("_") and not member.is_alias
+    ]
+
+
+def has_example(docstring):
+    """Whether a docstring has an `Example:` section with a doctest in it."""
+    match = _EXAMPLE.search(docstring or "")
+    return match is not None and ">>>" in docstring[match.end() :]
 
 
 def _exported(module, name):
@@ -37,15 +70,19 @@ def _exported(module, name):
     return member.final_target if member.is_alias else member
 
 
+def _modules(package, pages):
+    """(module path, its page, the griffe module) of each documented module."""
+    for path, page in pages.items():
+        module = package if path == package.path else package[path.split(".", 1)[1]]
+        if module.is_module:
+            yield path, page, module
+
+
 def problems(package, pages, page_ids):
     """Lists what is undocumented: no docstring, no anchor, no page."""
     found = []
-    for path, page in pages.items():
-        module = package if path == package.path else package[path.split(".", 1)[1]]
-        if not module.is_module:
-            continue
-        for name in module.exports or ():
-            name = getattr(name, "name", name)
+    for path, page, module in _modules(package, pages):
+        for name in public_names(module):
             public = f"{path}.{name}"
             target = _exported(module, name)
             if target.is_module:
@@ -62,6 +99,30 @@ def problems(package, pages, page_ids):
     return found
 
 
+def missing_examples(package, pages):
+    """Lists the public classes and functions without an `Example:` doctest."""
+    found = []
+    for path, _, module in _modules(package, pages):
+        for name in public_names(module):
+            public = f"{path}.{name}"
+            target = _exported(module, name)
+            if not (target.is_class or target.is_function):
+                continue
+            example = has_example(target.docstring and target.docstring.value)
+            if public in WITHOUT_EXAMPLE:
+                if example:
+                    found.append(
+                        f"{public} has an example now: remove it from WITHOUT_EXAMPLE"
+                        " in docs/_hooks/public_api.py"
+                    )
+            elif not example:
+                found.append(
+                    f"{public} ({target.filepath}) has no `Example:` section with a"
+                    " doctest in its docstring"
+                )
+    return found
+
+
 def on_post_build(config, **kwargs):
     pages = documented_modules(config["docs_dir"])
     if not pages:
@@ -74,6 +135,6 @@ def on_post_build(config, **kwargs):
         page_ids[page] = set(
             re.findall(r'id="([\w.]+)"', html.read_text(encoding="utf-8"))
         )
-    found = problems(package, pages, page_ids)
+    found = problems(package, pages, page_ids) + missing_examples(package, pages)
     if found:
         raise PluginError("Public names not documented:\n  " + "\n  ".join(found))
