@@ -1,0 +1,311 @@
+"""Structured pruning side by side: Config, the arms, and `run(config, workdir)`.
+
+Every arm (`ARMS`) gets the same architecture (`experiments.structured_models`:
+the same layers and initial weights), the same data (`experiments.datasets`),
+fractions, `round_to`, importance and training budget
+(`experiments.structured_train.Budget`: optimizer, learning rate, batches in
+the same order per seed, the pruning steps at the same training steps), and
+returns its records through one interface:
+
+    run_arm(arch, data, fractions, budget, seeds, settings) -> (runs, latency_rows)
+
+`runs` holds one record per (seed, fraction) with at least `framework`,
+`seed`, `fraction`, `params`, `macs`, `dense_params`, `dense_macs`,
+`test_accuracy`, `dense_accuracy`, `follows_width_rule`, and for a pruning
+arm `prune_seconds`; `latency_rows` is `experiments.latency.compare`'s
+output with the contenders "dense" and each pruned fraction as a string.
+The maskfit arm (issue 22's structured pruning) is
+`experiments.structured_maskfit`; by default the benchmark runs it beside
+Torch-Pruning where torch and torch-pruning are installed, alone elsewhere.
+"""
+
+import dataclasses
+import importlib
+import importlib.util
+import json
+import os
+import statistics
+import time
+
+from absl import logging
+from benchmarks.shrunk_latency import lib as shrunk_latency_lib
+
+from experiments.common import datasets
+from experiments.common import report as common_report
+from experiments.common.structured import train as structured_train
+from experiments.common.structured import widths as structured_widths
+
+__all__ = [
+    "ARMS",
+    "Config",
+    "default_frameworks",
+    "format_markdown",
+    "run",
+    "summarize",
+]
+
+# Arm name -> the module whose `run_arm` runs it (imported only when used,
+# so that an arm's framework is needed only to run that arm).
+ARMS = {
+    # Torch-Pruning 1.6 (DepGraph) in PyTorch: the reference to match.
+    "torch": "benchmarks.structured_vs_torch_pruning.torch_pruning_arm",
+    # The dense Keras network and Keras models of the shrunk shapes (no pruning).
+    "keras": "benchmarks.structured_vs_torch_pruning.keras_reference_arm",
+    # maskfit's structured pruning (issue 22): the arm under test.
+    "maskfit": "experiments.common.structured.maskfit_arm",
+}
+
+
+def default_frameworks():
+    """`("torch", "maskfit")` where torch and torch-pruning import, else `("maskfit",)`."""
+    found = all(importlib.util.find_spec(name) for name in ("torch", "torch_pruning"))
+    return ("torch", "maskfit") if found else ("maskfit",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(structured_train.Settings):
+    """What to run; the defaults are issue 23's comparison.
+
+    Attributes:
+      datasets, architectures, fractions, seeds, frameworks: the grid
+        (`frameworks` names `ARMS`); a fraction of 0 is the unpruned
+        network trained on the same total budget.
+      optimizer ... finetune_epochs: the `structured_train.Budget`.
+      importance_p: the norm of the magnitude importance (Torch-Pruning's
+        `MagnitudeImportance(p)`: a unit's score is the sum of |w|^p over
+        every weight coupled to it).
+      round_to: every group keeps a multiple of this many units.
+      mlp_hidden, resnet_widths, resnet_blocks: the dense networks.
+      latency_batches, latency_rounds, round_seconds: the latency timing.
+      keras_path, torch_path: the inference path of each framework
+        (`latency.KERAS_PATHS`, `torch_models.TORCH_PATHS`).
+      jit_compile: Keras trains with XLA.
+      threads: `(intra_op, inter_op)` threads of both frameworks.
+      max_train_examples: keep this many training examples (0: all), for
+        quick tests.
+    """
+
+    datasets: tuple = ("digits", "mnist1d")
+    architectures: tuple = ("mlp", "resnet")
+    fractions: tuple = (0.0, 0.25, 0.5, 0.75)
+    seeds: tuple = (0, 1, 2)
+    frameworks: tuple = default_frameworks()
+    optimizer: str = "adam"
+    learning_rate: float = 1e-3
+    batch_size: int = 64
+    epochs: int = 20
+    prune_epochs: int = 5
+    prune_steps: int = 5
+    finetune_epochs: int = 10
+    importance_p: int = 2
+    round_to: int = 8
+    mlp_hidden: tuple = (1024, 1024)
+    resnet_widths: tuple = (32, 64, 128)
+    resnet_blocks: int = 1
+    latency_batches: tuple = (1, 64)
+    latency_rounds: int = 20
+    round_seconds: float = 0.05
+    keras_path: str = "tflite"  # As `structured_pruning_lib.Config`'s.
+    torch_path: str = "trace"
+    jit_compile: bool = False
+    threads: tuple = (2, 1)
+    max_train_examples: int = 0
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            if isinstance(getattr(self, field.name), list):
+                object.__setattr__(self, field.name, tuple(getattr(self, field.name)))
+        unknown = [f for f in self.frameworks if f not in ARMS]
+        if unknown or not self.frameworks:
+            raise ValueError(
+                f"Received an invalid value for `frameworks`, expected some of"
+                f" {sorted(ARMS)}. Received: frameworks={self.frameworks!r}"
+            )
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(
+                "Received an invalid value for `seeds`, expected distinct seeds."
+                f" Received: seeds={self.seeds!r}"
+            )
+        if any(not 0 <= f < 1 for f in self.fractions) or not self.fractions:
+            raise ValueError(
+                "Received an invalid value for `fractions`, expected fractions in"
+                f" [0, 1). Received: fractions={self.fractions!r}"
+            )
+        if self.importance_p not in (1, 2):
+            raise ValueError(
+                "Received an invalid value for `importance_p`, expected 1 or 2."
+                f" Received: importance_p={self.importance_p!r}"
+            )
+        _ = self.budget  # Checks the training budget.
+        for kind in self.architectures:
+            for name in self.datasets:
+                arch = self.architecture(kind, name)
+                for fraction in self.fractions:
+                    if fraction:
+                        structured_widths.shrunk(arch, fraction, self.round_to)
+
+
+def _load(config, name):
+    data = datasets.load(name)
+    if config.max_train_examples:
+        keep = config.max_train_examples
+        data = dataclasses.replace(
+            data, x_train=data.x_train[:keep], y_train=data.y_train[:keep]
+        )
+    return data
+
+
+def summarize(runs, latency_rows):
+    """One row per (dataset, architecture, framework, fraction) over seeds."""
+    rows = []
+
+    def key_of(record, fields=("dataset", "architecture", "framework", "fraction")):
+        return tuple(record[field] for field in fields)
+
+    for key in sorted({key_of(r) for r in runs}):
+        group = [r for r in runs if key_of(r) == key]
+        first = group[0]
+        row = dict(zip(("dataset", "architecture", "framework", "fraction"), key))
+        row.update(
+            seeds=len(group),
+            params=first["params"],
+            macs=first["macs"],
+            params_removed=1 - first["params"] / first["dense_params"],
+            macs_removed=1 - first["macs"] / first["dense_macs"],
+            accuracy=common_report.spread([r["test_accuracy"] for r in group]),
+            dense_accuracy=common_report.spread([r["dense_accuracy"] for r in group]),
+            follows_width_rule=all(r["follows_width_rule"] for r in group),
+        )
+        if "prune_seconds" in first and key[3]:
+            row["prune_seconds"] = statistics.median(r["prune_seconds"] for r in group)
+            row["prune_phase_step_ratio"] = statistics.median(
+                r["prune_phase_step_ms"] / r["dense_step_ms"] for r in group
+            )
+        contender = str(key[3]) if key[3] else None
+        for timed in latency_rows:
+            where = key_of(timed, ("dataset", "architecture", "framework"))
+            if contender and where == key[:3]:
+                wall = timed["wall"][contender]
+                row[f"latency_ratio_b{timed['batch']}"] = wall["ratio"]["median"]
+                row[f"latency_ratio_b{timed['batch']}_p10_p90"] = [
+                    wall["ratio"]["p10"],
+                    wall["ratio"]["p90"],
+                ]
+        rows.append(row)
+    return rows
+
+
+def _latency_only(config, latency_rows):
+    """Rows for fractions an arm timed but trained no record for (the Keras reference)."""
+    rows = []
+    for timed in latency_rows:
+        for contender, wall in timed["wall"].items():
+            if contender == "dense":
+                continue
+            rows.append(
+                {
+                    "dataset": timed["dataset"],
+                    "architecture": timed["architecture"],
+                    "framework": timed["framework"],
+                    "fraction": float(contender),
+                    "batch": timed["batch"],
+                    "dense_ms": timed["wall"]["dense"]["ms"]["median"],
+                    "ms": wall["ms"]["median"],
+                    "ratio": wall["ratio"]["median"],
+                    "ratio_p10_p90": [wall["ratio"]["p10"], wall["ratio"]["p90"]],
+                    "cpu_ratio": timed["cpu"][contender]["ratio"]["median"],
+                }
+            )
+    return rows
+
+
+def run(config, workdir):
+    """Runs every arm on every data set and architecture; writes JSON and Markdown.
+
+    Writes `config.json`, `structured_vs_torch_pruning.json` (machine,
+    config, runs, latency, summary) and `structured_vs_torch_pruning.md`
+    under `workdir`, and returns the results dict.
+    """
+    shrunk_latency_lib.set_threads(config.threads, config.frameworks)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        json.dump(dataclasses.asdict(config), f, indent=2)
+    before = shrunk_latency_lib.machine()
+    runs, latency_rows = [], []
+    for name in config.datasets:
+        data = _load(config, name)
+        for kind in config.architectures:
+            arch = config.architecture(kind, name)
+            for framework in config.frameworks:
+                arm = importlib.import_module(ARMS[framework])
+                start = time.perf_counter()
+                arm_runs, arm_latency = arm.run_arm(
+                    arch, data, config.fractions, config.budget, config.seeds, config
+                )
+                logging.info(
+                    "%s %s %s: %d runs in %.0f s",
+                    name,
+                    kind,
+                    framework,
+                    len(arm_runs),
+                    time.perf_counter() - start,
+                )
+                where = {"dataset": name, "architecture": kind, "framework": framework}
+                runs.extend(dict(r, **where) for r in arm_runs)
+                latency_rows.extend(dict(r, **where) for r in arm_latency)
+    machine = shrunk_latency_lib.machine()
+    machine["load_average_before"] = before["load_average"]
+    results = {
+        "machine": machine,
+        "config": dataclasses.asdict(config),
+        "runs": runs,
+        "latency": latency_rows,
+        "latency_by_fraction": _latency_only(config, latency_rows),
+        "summary": summarize(runs, latency_rows),
+    }
+    with open(os.path.join(workdir, "structured_vs_torch_pruning.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    with open(os.path.join(workdir, "structured_vs_torch_pruning.md"), "w") as f:
+        f.write(format_markdown(results))
+    return results
+
+
+def _percent(value):
+    return f"{100 * value:.1f}%"
+
+
+def format_markdown(results):
+    """The summary and the latency ratios as Markdown tables."""
+    lines = [
+        "| data | network | arm | fraction | seeds | params (removed) | MACs (removed)"
+        " | accuracy mean ± std [min, max] | dense accuracy | prune s |",
+        "|---|---|---|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for row in results["summary"]:
+        acc = row["accuracy"]
+        prune = row.get("prune_seconds")
+        lines.append(
+            f"| {row['dataset']} | {row['architecture']} | {row['framework']} |"
+            f" {row['fraction']:.2f} | {row['seeds']} |"
+            f" {row['params']} ({_percent(row['params_removed'])}) |"
+            f" {row['macs']} ({_percent(row['macs_removed'])}) |"
+            f" {_percent(acc['mean'])} ± {_percent(acc['std'])}"
+            f" [{_percent(acc['min'])}, {_percent(acc['max'])}] |"
+            f" {_percent(row['dense_accuracy']['mean'])} |"
+            f" {'-' if prune is None else f'{prune:.3f}'} |"
+        )
+    lines += [
+        "",
+        "| data | network | arm | fraction | batch | dense ms | shrunk ms |"
+        " shrunk/dense [p10, p90] | CPU-time ratio |",
+        "|---|---|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for row in results["latency_by_fraction"]:
+        low, high = row["ratio_p10_p90"]
+        lines.append(
+            f"| {row['dataset']} | {row['architecture']} | {row['framework']} |"
+            f" {row['fraction']:.2f} | {row['batch']} | {row['dense_ms']:.3f} |"
+            f" {row['ms']:.3f} | {row['ratio']:.3f} [{low:.3f}, {high:.3f}] |"
+            f" {row['cpu_ratio']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,41 @@
+r"""Iterative magnitude pruning with rewinding: the lottery ticket experiment.
+
+Trains LeNet-300-100 on scikit-learn's digits data, prunes each layer's
+smallest-magnitude surviving weights, rewinds the survivors to their values at
+`--rewind_step` and trains again, for `--rounds` rounds and each of `--seeds`;
+the random-reinit and random-pruning controls train each round too. Writes
+`config.json`, `metrics.json`, `table.md`, `lottery_ticket.png` and TensorBoard
+events under `--workdir`. Needs the `experiments` extra (scikit-learn; matplotlib
+for the figure). The logic is in `experiments.lottery_ticket.lib`.
+
+Usage (docs/lottery_ticket.md has their results):
+  python -m experiments.lottery_ticket --workdir=/tmp/lottery_ticket
+  python -m experiments.lottery_ticket --rewind_step=100 --workdir=/tmp/rewind
+  python -m experiments.lottery_ticket --rounds=18 --train_steps=3000 \
+      --workdir=/tmp/lottery_18
+"""
+
+from absl import app, flags
+
+from experiments.common import cli
+from experiments.lottery_ticket.lib import Config, run
+
+HELP = {
+    "hidden_units": "Units of each hidden layer (the paper's LeNet-300-100: 300,100).",
+    "train_steps": "Steps of each training.",
+    "eval_every": "Steps between evaluations (validation loss for early stopping,"
+    " test accuracy).",
+    "rounds": "Rounds of pruning after the dense run.",
+    "prune_rate": "Fraction of each hidden layer's surviving weights pruned per"
+    " round; the output layer prunes half this fraction.",
+    "rewind_step": "Survivors go back to their values after this many steps of the"
+    " dense run (0: the original initialisation).",
+    "seeds": "Seeds; each runs every round.",
+    "validation_fraction": "Fraction of the data held out for early stopping.",
+    "test_fraction": "Fraction of the data held out to test.",
+}
+main = cli.config_main(Config, run, HELP)
+FLAGS = flags.FLAGS
+
+if __name__ == "__main__":
+    app.run(main)
