@@ -15,13 +15,21 @@ usage error, so nothing is written) and calls the library's
 """
 
 import dataclasses
+import json
 
 from absl import app, flags
 
 from experiments.common import training
 from maskfit import distribute
 
-__all__ = ["COMMON_HELP", "ConfigFlags", "config_main", "define_scale_flags"]
+__all__ = [
+    "COMMON_HELP",
+    "ConfigFlags",
+    "check_argv",
+    "config_from_json",
+    "config_main",
+    "define_scale_flags",
+]
 
 # The flags defined here belong to the entry point that asks for them, so that
 # its --help lists them.
@@ -123,6 +131,21 @@ class ConfigFlags:
         except ValueError as e:
             raise app.UsageError(str(e)) from None
         return config
+
+
+def config_from_json(config_class, text):
+    """The config whose fields `text` holds as JSON (`dataclasses.asdict`'s).
+
+    For a run that starts itself in another process with its config as a
+    flag: JSON lists come back as tuples.
+
+    Example:
+      >>> config_from_json(Config, json.dumps(dataclasses.asdict(Config())))
+    """
+    values = json.loads(text)
+    return config_class(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    )
 
 
 def check_argv(argv):

@@ -20,7 +20,7 @@ layer by layer, per example:
 
 So the same network gets the same two numbers in both frameworks (the tests
 check it against Torch-Pruning on the architectures of
-`experiments.structured_models`, dense and shrunk); a layer kind outside
+`experiments.common.structured.models`, dense and shrunk); a layer kind outside
 this list raises rather than being counted as free.
 """
 
@@ -97,7 +97,7 @@ def _ops(layer, input_shape, output_shape):
         return 0
     raise ValueError(
         f"Layer {layer.name!r} of type {type(layer).__name__} has no counting"
-        " rule; experiments.model_cost counts Dense, Conv1D/2D, BatchNormalization,"
+        " rule; experiments.common.model_cost counts Dense, Conv1D/2D, BatchNormalization,"
         " ReLU, global average pooling, Add, Reshape, Flatten and Dropout."
     )
 

@@ -8,7 +8,7 @@ that is nothing, since the moments of an entry that never had a gradient are
 0; decoupled weight decay (AdamW), momentum or Adam state carried over from
 earlier training moves them, and an earlier task's weights drift while later
 tasks learn. Same network, same ownership, pruning and schedule as
-`continual_learning_packnet.PackNet`; only the masks differ.
+`packnet.PackNet`; only the masks differ.
 """
 
 import keras

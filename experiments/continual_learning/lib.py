@@ -2,7 +2,7 @@
 
 PackNet (Mallya & Lazebnik, CVPR 2018) next to fine-tuning, separate
 networks and EWC, on task sequences that need no download
-(`continual_learning_tasks`). For each sequence, seed and method, one
+(`tasks`). For each sequence, seed and method, one
 learner learns the tasks in turn; after each task it is tested on every task
 seen so far, which gives the accuracy matrix R[i][j] (the accuracy on task j
 after learning task i), the average accuracy after each task and the
@@ -155,7 +155,7 @@ def make_method(name, sequence, config, seed):
 
     Args:
       name: one of `METHODS`.
-      sequence: the `continual_learning_tasks.Sequence` it will learn.
+      sequence: the `tasks.Sequence` it will learn.
       config: the `Config` (network, training, method settings).
       seed: draws the initial weights (the same for PackNet, its control,
         fine-tuning and EWC; each separate network its own), the batch order
@@ -221,7 +221,7 @@ def learn_sequence(method, sequence, observe=None):
 
     Args:
       method: a learner (`make_method`).
-      sequence: a `continual_learning_tasks.Sequence`.
+      sequence: a `tasks.Sequence`.
       observe: optional `observe(task_index, method, logits)`, called after
         each task with the test logits of every task seen so far.
 

@@ -1,6 +1,6 @@
 """The baselines PackNet is compared with: fine-tuning and separate networks.
 
-Every method has the same interface, which `continual_learning_lib` drives:
+Every method has the same interface, which `experiments.continual_learning.lib` drives:
 `learn(task_index, task)` learns the next task, `logits(task_index, task, x)`
 is the network's answer to an earlier (or the current) task, and `networks`
 lists the networks it trains (for their size).

@@ -43,7 +43,7 @@ class PackNet:
     """PackNet on one `Network`: ownership, masks, pruning and inference.
 
     Attributes:
-      network: the `continual_learning_net.Network` it trains.
+      network: the `net.Network` it trains.
       owners: {layer name: int array of the kernel's shape}: `FREE` or the
         task index + 1 of the task that owns the entry.
     """

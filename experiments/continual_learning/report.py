@@ -1,6 +1,6 @@
 """What a continual learning run reports: summary over seeds, tables, figure, scalars.
 
-`summarize` turns the per-seed results of `continual_learning_lib.run` into
+`summarize` turns the per-seed results of `lib.run` into
 the mean and spread per method; `tables` writes them as Markdown (per
 sequence: a line per method, then each method's accuracy matrix, then
 PackNet's capacity); `figure` draws, per sequence and method, one accuracy

@@ -10,10 +10,10 @@ A sequence is a list of `Task`s that one network learns in turn:
   in a fixed random order (the permutations are drawn once from
   `PERMUTATION_SEED`, so every seed of a run sees the same tasks).
 
-`<data>` is `mnist1d` or `digits` (`experiments.datasets`). Labels stay the
+`<data>` is `mnist1d` or `digits` (`experiments.common.datasets`). Labels stay the
 data set's own (0-9); a task's head is `label // classes_per_head` and its
 class within the head `label % classes_per_head`, so that one loss serves
-both kinds (`continual_learning_net.task_loss`).
+both kinds (`net.task_loss`).
 """
 
 import dataclasses

@@ -1,6 +1,6 @@
 """What a lottery ticket run reports: the summary over seeds, a table, a figure, scalars.
 
-`summarize` turns the per-seed results of `lottery_ticket_lib.run` into the
+`summarize` turns the per-seed results of `lib.run` into the
 mean and spread per arm and round; `table` writes them as Markdown; `figure`
 draws the paper's two panels (early-stopping iteration and test accuracy
 against the percentage of weights remaining) with matplotlib, when it is

@@ -3,7 +3,7 @@
 `load_digits` splits scikit-learn's digits data; `batches` orders it for one
 seed; `draw_weights` draws a fresh initialisation; `Trainer` trains the one
 compiled `maskfit.MaskedModel` of a run from given weights under given kernel
-masks, evaluating as it goes. `lottery_ticket_lib` runs the rounds with these.
+masks, evaluating as it goes. `experiments.lottery_ticket.lib` runs the rounds with these.
 """
 
 import math

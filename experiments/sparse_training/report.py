@@ -1,6 +1,6 @@
 """What a sparse training run reports: summary over seeds, table, figure, scalars.
 
-`summarize` turns the results of `sparse_training_lib.run` into the mean and
+`summarize` turns the results of `lib.run` into the mean and
 spread of the test accuracy per task, method and sparsity; `table` writes
 them as Markdown; `figure` draws test accuracy against sparsity, one panel
 per task and one line per method (dense as a horizontal band), with

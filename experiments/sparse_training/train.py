@@ -5,7 +5,7 @@ as a `maskfit.MaskedModel` with named layers; `declare_method` makes it
 dense, static sparse, gradually pruned, SET or RigL at one sparsity;
 `train` runs one (task, method, sparsity, seed) for the step budget and
 returns its test accuracy curve and how many kernel weights were non-zero.
-`sparse_training_lib` runs the grid with these.
+`experiments.sparse_training.lib` runs the grid with these.
 """
 
 import math
@@ -38,7 +38,7 @@ MODELS = ("mlp", "cnn")
 
 
 def load_data(name):
-    """The `experiments.datasets` split of `name` ("mnist1d" or "digits")."""
+    """The `experiments.common.datasets` split of `name` ("mnist1d" or "digits")."""
     return datasets.load(name)
 
 

@@ -1,14 +1,14 @@
 """The structured-pruning experiment: Config and `run(config, workdir)`.
 
-For each data set (`experiments.datasets`: digits, MNIST-1D) and network
-(`experiments.structured_models`: the MLP and ResNet-8 of issue 23), and
-each seed, `experiments.structured_maskfit.run_arm` trains the network dense,
+For each data set (`experiments.common.datasets`: digits, MNIST-1D) and network
+(`experiments.common.structured.models`: the MLP and ResNet-8 of issue 23), and
+each seed, `experiments.common.structured.maskfit_arm.run_arm` trains the network dense,
 prunes each fraction of every unit group gradually with
 `maskfit.pruning.prune_units` (magnitude, `round_to`), fine-tunes and shrinks
 it; the shrunk models' parameters and MACs are counted
-(`experiments.model_cost`) and their latency measured against the dense
-model's (`experiments.latency`: compiled inference, batch 1 and 64,
-interleaved rounds). `experiments.structured_pruning_report` writes the
+(`experiments.common.model_cost`) and their latency measured against the dense
+model's (`experiments.common.latency`: compiled inference, batch 1 and 64,
+interleaved rounds). `experiments.structured_pruning.report` writes the
 table and the figure.
 """
 

@@ -162,14 +162,14 @@ def pareto(points):
     return sorted(front, key=lambda i: points[i][0])
 
 
-# How the x axis names each inference path of `experiments.latency`.
+# How the x axis names each inference path of `experiments.common.latency`.
 _RUNTIMES = {"tflite": "LiteRT", "function": "tf.function", "xla": "tf.function XLA"}
 
 
 def plot(summary, path, keras_path="tflite"):
     """Accuracy against latency per (data set, network), with the Pareto front.
 
-    `keras_path` (`experiments.latency.KERAS_PATHS`) names the runtime timed.
+    `keras_path` (`experiments.common.latency.KERAS_PATHS`) names the runtime timed.
     """
     import matplotlib
 

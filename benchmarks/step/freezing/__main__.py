@@ -1,46 +1,45 @@
-"""Freezing by mask against trainable=False: `python -m benchmarks.freezing`."""
-
-import json
-
 from absl import app, flags, logging
-from benchmarks.freezing import lib as freezing_lib
+from benchmarks.freezing import lib
 
-_WORKDIR = flags.DEFINE_string("workdir", "runs/freezing", "Where to write the tables.")
-_WIDTH = flags.DEFINE_integer("width", 1024, "Units per hidden layer (step time).")
-_MEMORY_WIDTH = flags.DEFINE_integer("memory_width", 2048, "Units per layer (memory).")
-_BATCH = flags.DEFINE_integer("batch", 256, "Batch size.")
-_STEPS = flags.DEFINE_integer("steps", 20, "Steps per timed round.")
-_SPE = flags.DEFINE_integer("steps_per_execution", 10, "Steps per train_function.")
-_REPEATS = flags.DEFINE_integer("repeats", 10, "Rounds over all contenders.")
-_MEMORY_STEPS = flags.DEFINE_integer("memory_steps", 30, "Steps of the memory runs.")
-_JIT = flags.DEFINE_bool("jit_compile", False, "Compile the steps with XLA.")
-# Internal: one memory measurement, run by `measure_memory` in a process of its own.
+from experiments.common import cli
+
+HELP = {
+    "depth": "Hidden Dense layers (step time).",
+    "width": "Units per hidden layer (step time).",
+    "batch": "Batch size.",
+    "frozen_layers": "Layers frozen, from the first.",
+    "steps_per_execution": "Steps per train_function.",
+    "steps": "Steps per timed round.",
+    "warmup_steps": "Untimed steps per contender.",
+    "repeats": "Rounds over all contenders.",
+    "jit_compile": "Compile the steps with XLA.",
+    "memory_width": "Units per layer (memory).",
+    "memory_steps": "Steps of the memory runs.",
+    "memory_contenders": "Contenders whose memory is measured.",
+    "seed": "Seed of the weights and the data.",
+}
+# Internal: one memory measurement, run by `lib.measure_memory` in a process
+# of its own, with the run's config as JSON.
 _MEMORY_CONTENDER = flags.DEFINE_string("memory_contender", None, "Internal.")
 _CONFIG_JSON = flags.DEFINE_string("config_json", None, "Internal.")
 
 
-def main(argv):
-    del argv
+def _run(config, workdir):
     if _MEMORY_CONTENDER.value:
-        config = json.loads(_CONFIG_JSON.value)
-        config["memory_contenders"] = tuple(config["memory_contenders"])
-        config = freezing_lib.Config(**config)
-        print(freezing_lib.peak_growth(config, _MEMORY_CONTENDER.value))
-        return
-    config = freezing_lib.Config(
-        width=_WIDTH.value,
-        memory_width=_MEMORY_WIDTH.value,
-        batch=_BATCH.value,
-        steps=_STEPS.value,
-        steps_per_execution=_SPE.value,
-        repeats=_REPEATS.value,
-        memory_steps=_MEMORY_STEPS.value,
-        jit_compile=_JIT.value,
-    )
-    results = freezing_lib.run(config, _WORKDIR.value)
-    logging.info("Wrote freezing.json and freezing.md to %s", _WORKDIR.value)
-    print(freezing_lib.format_table(results))
+        config = cli.config_from_json(lib.Config, _CONFIG_JSON.value)
+        print(lib.peak_growth(config, _MEMORY_CONTENDER.value))
+        return None
+    return lib.run(config, workdir)
 
+
+def _show(config, results, workdir):
+    del config
+    if results is not None:
+        logging.info("Wrote freezing.json and freezing.md to %s", workdir)
+        print(lib.format_table(results))
+
+
+main = cli.config_main(lib.Config, _run, HELP, workdir="runs/freezing", show=_show)
 
 if __name__ == "__main__":
     app.run(main)

@@ -1,31 +1,29 @@
-"""Step time while units are pruned: `python -m benchmarks.unit_pruning_step`."""
-
-from absl import app, flags, logging
+from absl import app, logging
 from benchmarks.unit_pruning_step import lib
 
-_WORKDIR = flags.DEFINE_string(
-    "workdir", "runs/unit_pruning_step", "Where to write the table."
-)
-_BATCH = flags.DEFINE_integer("batch", 64, "Batch size.")
-_STEPS = flags.DEFINE_integer("steps", 50, "Steps per timed round.")
-_REPEATS = flags.DEFINE_integer("repeats", 10, "Rounds over all contenders.")
-_FREQUENCY = flags.DEFINE_integer("frequency", 10, "Steps between two pruning updates.")
-_JIT = flags.DEFINE_bool("jit_compile", False, "Compile the steps with XLA.")
+from experiments.common import cli
+
+HELP = {
+    "widths": "Units of the input, each hidden layer and the output.",
+    "batch": "Batch size.",
+    "steps": "Steps per timed round.",
+    "steps_per_execution": "Steps per train_function.",
+    "warmup_steps": "Untimed steps per contender.",
+    "repeats": "Rounds over all contenders.",
+    "frequency": "Steps between two pruning updates.",
+    "seed": "Seed of the weights and the data.",
+}
 
 
-def main(argv):
-    del argv
-    config = lib.Config(
-        batch=_BATCH.value,
-        steps=_STEPS.value,
-        repeats=_REPEATS.value,
-        frequency=_FREQUENCY.value,
-        jit_compile=_JIT.value,
-    )
-    rows = lib.run(config, _WORKDIR.value)
-    logging.info("Wrote unit_pruning_step.json to %s", _WORKDIR.value)
+def _show(config, rows, workdir):
+    del config
+    logging.info("Wrote unit_pruning_step.json to %s", workdir)
     print(lib.format_table(rows))
 
+
+main = cli.config_main(
+    lib.Config, lib.run, HELP, workdir="runs/unit_pruning_step", show=_show
+)
 
 if __name__ == "__main__":
     app.run(main)

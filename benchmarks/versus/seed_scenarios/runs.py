@@ -10,8 +10,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from experiments.learnable_scale import lib as learnable_scale_lib
-from experiments.masked_outputs.lib import Config, run
+from experiments import learnable_scale
+from experiments.masked_outputs import Config, run
 
 
 @tf.custom_gradient
@@ -52,8 +52,8 @@ def seed_learnable_scale(samples=100_000):
 
 def ours_learnable_scale(repeats, samples=100_000):
     """Best `fit` seconds of `experiments.learnable_scale` with its defaults."""
-    config = learnable_scale_lib.Config(samples=samples)
-    runs = [learnable_scale_lib.run(config, tempfile.mkdtemp()) for _ in range(repeats)]
+    config = learnable_scale.Config(samples=samples)
+    runs = [learnable_scale.run(config, tempfile.mkdtemp()) for _ in range(repeats)]
     best = min(runs, key=lambda m: m["wall_seconds"])
     return best["wall_seconds"], best["scale"]
 

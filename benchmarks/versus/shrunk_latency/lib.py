@@ -1,7 +1,7 @@
 """Inference latency of hand-shrunk networks over their dense ones, per inference path.
 
 What issue 23's latency criteria rest on, measured without any pruning
-library: the MLP and the ResNet of `experiments.structured_models` are built
+library: the MLP and the ResNet of `experiments.common.structured.models` are built
 dense and with a `fraction` of every unit group removed
 (`structured_widths.shrunk`, the widths Torch-Pruning leaves), in Keras and
 (with `torch` installed) in PyTorch, and timed side by side by every
@@ -9,7 +9,7 @@ inference path of each framework (`latency.KERAS_PATHS`,
 `torch_models.TORCH_PATHS`) at each batch size. A row per (framework,
 architecture, path, batch) gives the dense and shrunk times and the paired
 ratio shrunk/dense over interleaved rounds, with the parameters and MACs of
-both (`experiments.model_cost`; Torch-Pruning counts the same).
+both (`experiments.common.model_cost`; Torch-Pruning counts the same).
 """
 
 import dataclasses

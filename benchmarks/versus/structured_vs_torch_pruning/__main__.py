@@ -1,41 +1,14 @@
-"""Structured pruning beside Torch-Pruning: `python -m benchmarks.structured_vs_torch_pruning`.
+from absl import app
+from benchmarks.structured_vs_torch_pruning import lib
 
-Needs the `structured-peer` extra for the torch arm (CPU torch and
-torch-pruning; see docs/structured_pruning.md, "Against Torch-Pruning", for the install).
-Trains issue 23's MLP and ResNet on digits and MNIST-1D, prunes 25/50/75% of
-the units of every coupled group gradually, fine-tunes, and reports per
-fraction the parameters and MACs removed, the accuracy over seeds, the
-latency of the shrunk model over its dense one (batch 1 and 64) and the time
-the pruning takes. `--frameworks` picks the arms (`structured_lib.ARMS`):
-`maskfit` (maskfit's structured pruning), `torch` (Torch-Pruning), and
-`keras` (the dense Keras network and Keras models of the shrunk shapes); by
-default maskfit and torch where torch is installed, maskfit alone elsewhere. Writes `config.json`,
-`structured_vs_torch_pruning.json` and `structured_vs_torch_pruning.md` under
-`--workdir`.
-"""
+from experiments.common import cli
 
-from absl import app, flags
-from benchmarks.structured_vs_torch_pruning import lib as structured_lib
-
-from experiments import common
-
-_LISTS = {  # Flag -> the type of its items.
-    "datasets": str,
-    "architectures": str,
-    "fractions": float,
-    "seeds": int,
-    "frameworks": str,
-    "mlp_hidden": int,
-    "resnet_widths": int,
-    "latency_batches": int,
-    "threads": int,
-}
-_HELP = {
+HELP = {
     "datasets": "digits, mnist1d.",
     "architectures": "mlp, resnet.",
     "fractions": "Fractions of each unit group pruned (0: the unpruned reference).",
     "seeds": "Seeds; each trains its own dense network.",
-    "frameworks": f"Arms: {', '.join(sorted(structured_lib.ARMS))} (default: maskfit,"
+    "frameworks": f"Arms: {', '.join(sorted(lib.ARMS))} (default: maskfit,"
     " and torch where installed).",
     "optimizer": "adam or sgd (momentum 0.9), in every framework.",
     "learning_rate": "Constant learning rate.",
@@ -58,22 +31,16 @@ _HELP = {
     "threads": "intra_op,inter_op threads of both frameworks (0,0: defaults).",
     "max_train_examples": "Keep this many training examples (0: all).",
 }
-_FLAGS = common.define_config_flags(structured_lib.Config, _HELP, _LISTS)
-_WORKDIR = flags.DEFINE_string(
-    "workdir", "runs/structured_vs_torch_pruning", "Where to write."
+
+
+def _show(config, results, workdir):
+    del config, workdir
+    print(lib.format_markdown(results))
+
+
+main = cli.config_main(
+    lib.Config, lib.run, HELP, workdir="runs/structured_vs_torch_pruning", show=_show
 )
-
-
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
-    try:
-        config = structured_lib.Config(**common.flag_values(_FLAGS, _LISTS))
-    except ValueError as e:
-        raise app.UsageError(str(e)) from e
-    results = structured_lib.run(config, _WORKDIR.value)
-    print(structured_lib.format_markdown(results))
-
 
 if __name__ == "__main__":
     app.run(main)

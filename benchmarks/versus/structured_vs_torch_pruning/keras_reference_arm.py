@@ -1,9 +1,9 @@
 """The Keras reference arm of `benchmarks.structured_vs_torch_pruning`: no pruning.
 
-Trains the Keras network of `experiments.structured_models` dense on the
+Trains the Keras network of `experiments.common.structured.models` dense on the
 whole budget (`budget.total_epochs`, the batches and optimizer every arm
 uses), per seed, and records its parameters and MACs
-(`experiments.model_cost`) and test accuracy as fraction 0. For latency it
+(`experiments.common.model_cost`) and test accuracy as fraction 0. For latency it
 times the trained seed-0 model against Keras models of the shrunk shapes
 (`structured_widths.shrunk`, the widths Torch-Pruning leaves at each
 fraction): a pruned-and-shrunk Keras model of those shapes runs the same

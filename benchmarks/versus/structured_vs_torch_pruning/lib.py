@@ -1,9 +1,9 @@
 """Structured pruning side by side: Config, the arms, and `run(config, workdir)`.
 
-Every arm (`ARMS`) gets the same architecture (`experiments.structured_models`:
-the same layers and initial weights), the same data (`experiments.datasets`),
+Every arm (`ARMS`) gets the same architecture (`experiments.common.structured.models`:
+the same layers and initial weights), the same data (`experiments.common.datasets`),
 fractions, `round_to`, importance and training budget
-(`experiments.structured_train.Budget`: optimizer, learning rate, batches in
+(`experiments.common.structured.train.Budget`: optimizer, learning rate, batches in
 the same order per seed, the pruning steps at the same training steps), and
 returns its records through one interface:
 
@@ -12,10 +12,10 @@ returns its records through one interface:
 `runs` holds one record per (seed, fraction) with at least `framework`,
 `seed`, `fraction`, `params`, `macs`, `dense_params`, `dense_macs`,
 `test_accuracy`, `dense_accuracy`, `follows_width_rule`, and for a pruning
-arm `prune_seconds`; `latency_rows` is `experiments.latency.compare`'s
+arm `prune_seconds`; `latency_rows` is `experiments.common.latency.compare`'s
 output with the contenders "dense" and each pruned fraction as a string.
 The maskfit arm (issue 22's structured pruning) is
-`experiments.structured_maskfit`; by default the benchmark runs it beside
+`experiments.common.structured.maskfit_arm`; by default the benchmark runs it beside
 Torch-Pruning where torch and torch-pruning are installed, alone elsewhere.
 """
 
@@ -105,7 +105,7 @@ class Config(structured_train.Settings):
     latency_batches: tuple = (1, 64)
     latency_rounds: int = 20
     round_seconds: float = 0.05
-    keras_path: str = "tflite"  # As `structured_pruning_lib.Config`'s.
+    keras_path: str = "tflite"  # As `experiments.structured_pruning.lib.Config`'s.
     torch_path: str = "trace"
     jit_compile: bool = False
     threads: tuple = (2, 1)

@@ -2,13 +2,13 @@
 
 Needs `torch` (the `structured-peer` extra); nothing else imports this
 module without it. `torch_model` builds the `Node` list of an
-`experiments.structured_models` architecture as a `torch.nn.Module` whose
+`experiments.common.structured.models` architecture as a `torch.nn.Module` whose
 submodules carry the Keras layer names, and loads the same NumPy initial
 weights as `structured_models.keras_model`; ReLU and pooling are modules
 (`nn.ReLU`, `nn.AdaptiveAvgPool*`), so Torch-Pruning's
-`tp.utils.count_ops_and_params` counts them as `experiments.model_cost`
+`tp.utils.count_ops_and_params` counts them as `experiments.common.model_cost`
 does for Keras. `torch_inference` makes a zero-argument callable of a model
-for `experiments.latency.interleaved`; `set_torch_threads` fixes PyTorch's
+for `experiments.common.latency.interleaved`; `set_torch_threads` fixes PyTorch's
 thread pools.
 """
 
@@ -162,7 +162,7 @@ def torch_model(arch, seed=None):
 
     Example:
 
-    >>> from experiments.structured_models import MLP
+    >>> from experiments.common.structured.models import MLP
     >>> net = torch_model(MLP(64, hidden=(8,)), seed=0)
     >>> net(torch.zeros(2, 64)).shape
     torch.Size([2, 10])

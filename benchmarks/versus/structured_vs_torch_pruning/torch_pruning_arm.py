@@ -93,7 +93,7 @@ def run_arm(arch, data, fractions, budget, seeds, settings):
 
     Args:
       arch: a `structured_models` architecture (dense).
-      data: an `experiments.datasets.Split`.
+      data: an `experiments.common.datasets.Split`.
       fractions: fractions of units pruned (0 for the unpruned reference).
       budget: a `structured_train.Budget`.
       seeds: seeds; each trains its own dense model.

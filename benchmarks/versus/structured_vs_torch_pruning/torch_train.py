@@ -1,4 +1,4 @@
-"""Training and evaluation in PyTorch on `experiments.structured_train`'s budget.
+"""Training and evaluation in PyTorch on `experiments.common.structured.train`'s budget.
 
 Needs `torch`. `Trainer` trains a `torch_models` network on the same batches,
 in the same order, with the same optimizer as `structured_train.keras_fit`;

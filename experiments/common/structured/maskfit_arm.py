@@ -1,9 +1,9 @@
 """maskfit's structured pruning on issue 23's networks: train, prune gradually, shrink.
 
 The maskfit arm of `benchmarks.structured_vs_torch_pruning` (named in
-`benchmarks.structured_lib.ARMS`) and the runs of
+`benchmarks.structured_vs_torch_pruning.lib.ARMS`) and the runs of
 `experiments.structured_pruning`. Per seed, the network of
-`experiments.structured_models` is a `maskfit.MaskedModel` with that seed's
+`experiments.common.structured.models` is a `maskfit.MaskedModel` with that seed's
 initial weights; it trains dense on the budget's batches
 (`structured_train`); then for each fraction a copy of it (weights and the
 optimizer's state, so training goes on as one run, as the Torch-Pruning arm's
@@ -166,13 +166,13 @@ def run_arm(arch, data, fractions, budget, seeds, settings):
 
     Args:
       arch: a `structured_models` architecture (dense).
-      data: an `experiments.datasets.Split`.
+      data: an `experiments.common.datasets.Split`.
       fractions: fractions of units pruned (0 for the unpruned reference).
       budget: a `structured_train.Budget`.
       seeds: seeds; each trains its own dense model.
       settings: `importance_p`, `round_to`, `jit_compile`, `keras_path`,
         `latency_batches`, `latency_rounds`, `round_seconds` (a
-        `benchmarks.structured_lib.Config` or the experiment's config).
+        `benchmarks.structured_vs_torch_pruning.lib.Config` or the experiment's config).
 
     Returns:
       `(runs, latency_rows)`: a record per (seed, fraction), with the shrunk

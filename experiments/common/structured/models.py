@@ -20,7 +20,7 @@ distribution.
   no bias (batch norm follows). Batch norm uses PyTorch's defaults
   (momentum 0.1 of the new statistic, epsilon 1e-5) in both frameworks.
 
-Both take the flat features of `experiments.datasets` and reshape them first
+Both take the flat features of `experiments.common.datasets` and reshape them first
 (`input_shape`, channels last in Keras: digits as 8x8x1 images, MNIST-1D as
 40x1 sequences). One difference between the frameworks is left: a stride-2
 3-wide convolution pads the way each framework does (Keras "same" pads one
@@ -199,7 +199,7 @@ class ResNet:
         return tuple(nodes)
 
 
-# How the ResNet sees each data set of `experiments.datasets` (channels last).
+# How the ResNet sees each data set of `experiments.common.datasets` (channels last).
 INPUT_SHAPES = {"digits": (8, 8, 1), "mnist1d": (40, 1)}
 _CLASSES = 10  # Both data sets have 10 classes.
 

@@ -2,7 +2,7 @@
 
 Torch-Pruning's `MetaPruner(iterative_steps=N, pruning_ratio=f)` prunes, at
 its k-th `step()` (k = 1..N), to the fraction `f * k / N` of every group;
-`experiments.structured_train.pruning_steps` says before which training
+`experiments.common.structured.train.pruning_steps` says before which training
 steps (0-based) the arms call it. `StepSchedule` is that list as a maskfit
 `PruningSchedule`, and `budget_schedule` builds it from a `Budget`, so a
 `maskfit.pruning.prune_units` run removes its units at the same steps, to the

@@ -89,8 +89,8 @@ class Settings:
     A mixin for a dataclass with the fields `optimizer`, `learning_rate`,
     `batch_size`, `epochs`, `prune_epochs`, `prune_steps`, `finetune_epochs`,
     `mlp_hidden`, `resnet_widths` and `resnet_blocks`
-    (`experiments.structured_pruning_lib.Config`,
-    `benchmarks.structured_lib.Config`).
+    (`experiments.structured_pruning.lib.Config`,
+    `benchmarks.structured_vs_torch_pruning.lib.Config`).
     """
 
     @property
@@ -202,7 +202,7 @@ def keras_fit(model, data, budget, seed, first_epoch, last_epoch, callbacks=()):
     Args:
       model: a compiled Keras model (`keras_optimizer(budget)`, sparse
         categorical cross-entropy on logits).
-      data: an `experiments.datasets.Split`.
+      data: an `experiments.common.datasets.Split`.
       budget: a `Budget`.
       seed: the run's seed (the batch order).
       first_epoch, last_epoch: the epochs to train.

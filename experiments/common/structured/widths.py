@@ -1,7 +1,7 @@
 """How many units a pruned network keeps: Torch-Pruning's width rule, as architectures.
 
 `pruned_width` is the rule for one group of coupled units; `shrunk` applies
-it to every prunable group of an `experiments.structured_models` network and
+it to every prunable group of an `experiments.common.structured.models` network and
 returns the smaller architecture, which both frameworks build and which a
 pruned-and-shrunk model must match, layer shape for layer shape.
 """
