@@ -1,34 +1,35 @@
 """The command line of every experiment and benchmark: flags from a config, `main`.
 
-An entry point's `__main__.py` holds its flags' help and two lines:
+An entry point's `__main__.py` holds its usage and two lines:
 
-    main = cli.config_main(Config, run, HELP)
+    main = cli.config_main(Config, run)
 
     if __name__ == "__main__":
         app.run(main)
 
 `config_main` defines one absl flag per field of the dataclass `Config`
-(`ConfigFlags`) and `--workdir`, and returns the `main` that refuses extra
+(`ConfigFlags`; the help is the field's line in the docstring's
+"Attributes:" section) and `--workdir`, and returns the `main` that refuses extra
 arguments, turns the flags into a `Config` (a `ValueError` of the config is a
 usage error, so nothing is written) and calls the library's
 `run(config, workdir)`, which never reads flags.
 """
 
 import dataclasses
+import inspect
 import json
 
-from absl import app, flags
+from absl import app, flags, logging
 
-from experiments.common import training
 from maskfit import distribute
 
 __all__ = [
-    "COMMON_HELP",
     "ConfigFlags",
     "check_argv",
     "config_from_json",
     "config_main",
     "define_scale_flags",
+    "field_helps",
 ]
 
 # The flags defined here belong to the entry point that asks for them, so that
@@ -43,43 +44,71 @@ _PRECISION_HELP = "Keras dtype policy to train in."
 _CHOICES = {"strategy": distribute.STRATEGIES, "precision": distribute.PRECISIONS}
 _ITEMS = {int: "integers", float: "floats", str: "strings"}
 
-# The help of fields many configs have; a config's own `helps` come first.
-COMMON_HELP = {
-    "strategy": _STRATEGY_HELP,
-    "precision": _PRECISION_HELP,
-    "optimizer": f"A keras.optimizers name: {', '.join(sorted(training.OPTIMIZERS))}.",
-    "learning_rate": "Learning rate.",
-    "batch_size": "Examples per step.",
-    "seeds": "Seeds.",
-    "jit_compile": "Compile the step with XLA.",
-}
+
+def field_helps(config_class):
+    """`{field: text}` from the "Attributes:" sections of the config's docstrings.
+
+    A base class's entries come first; a subclass's replace them. An entry
+    `a, b: text` documents both fields; deeper-indented lines continue it.
+
+    Example:
+      >>> field_helps(Config)["epochs"]
+      'Passes over the data.'
+    """
+    helps = {}
+    for cls in reversed(config_class.__mro__):
+        lines = inspect.cleandoc(cls.__dict__.get("__doc__") or "").splitlines()
+        if "Attributes:" not in lines:
+            continue
+        names, indent = (), None
+        for line in lines[lines.index("Attributes:") + 1 :]:
+            depth = len(line) - len(line.lstrip())
+            if not line.strip() or depth < (indent or 1):
+                break
+            if indent is None or depth == indent:
+                indent = depth
+                key, _, text = line.strip().partition(": ")
+                names = [name.strip() for name in key.split(",")]
+                helps.update((name, text) for name in names)
+            else:
+                helps.update((name, f"{helps[name]} {line.strip()}") for name in names)
+    return helps
 
 
 class ConfigFlags:
     """One absl flag per field of a config dataclass, read back as a config.
 
-    Each flag's default is the field's default (or `defaults[name]`). A tuple
+    Each flag's help is the field's line in the "Attributes:" section of the
+    config's docstring (`field_helps`), its default the field's default (or
+    `defaults[name]`). A tuple
     field is a list flag whose items parse as its first item's type (or
     `lists[name]`); a field named in `choices` (and `strategy`, `precision`)
     an enum flag; the others bool, integer, float or string flags by their
     default's type (or `kinds[name]`, for a default of None).
 
     Example:
-      >>> options = ConfigFlags(Config, {"epochs": "Passes over the data."})
+      >>> options = ConfigFlags(Config)
       >>> config = options.config()  # after absl parsed the command line
     """
 
     def __init__(
-        self, config_class, helps, lists=None, choices=None, kinds=None, defaults=None
+        self, config_class, lists=None, choices=None, kinds=None, defaults=None
     ):
         self.config_class = config_class
         self.lists = {}
         self.holders = {}
         defaults = dict(dataclasses.asdict(config_class()), **(defaults or {}))
         choices = dict(_CHOICES, **(choices or {}))
+        helps = field_helps(config_class)
         for field in dataclasses.fields(config_class):
             name, default = field.name, defaults[field.name]
-            text = helps.get(name) or COMMON_HELP[name]
+            if name not in helps:
+                raise ValueError(
+                    f"`{config_class.__qualname__}.{name}` has no help: its"
+                    " docstring's Attributes section has no line for it. Add"
+                    f" `{name}: <what it sets>` there."
+                )
+            text = helps[name]
             kind = (kinds or {}).get(name, type(default))
             if name in choices:
                 holder = flags.DEFINE_enum(name, default, list(choices[name]), text)
@@ -154,7 +183,7 @@ def check_argv(argv):
         raise app.UsageError(f"Too many command-line arguments: {argv[1:]}")
 
 
-def config_main(config_class, run, helps, workdir=None, show=None, **options):
+def config_main(config_class, run, workdir=None, show=None, table=None, **options):
     """Defines the flags of `config_class` and `--workdir`; returns `main`.
 
     Args:
@@ -162,18 +191,19 @@ def config_main(config_class, run, helps, workdir=None, show=None, **options):
         (see `ConfigFlags`, which takes `options`: lists, choices, kinds,
         defaults).
       run: `run(config, workdir)`, the library function; returns the results.
-      helps: `{field: help}`; fields in `COMMON_HELP` may be left out.
       workdir: the default of `--workdir`; None makes the flag required.
       show: `show(config, results, workdir)`, called after the run (prints
         its table, logs its numbers), or None.
+      table: `table(results)`, the run's table as text, printed after the
+        run unless it returned None; or None.
 
     Returns:
       `main(argv)` for `absl.app.run`.
 
     Example:
-      >>> main = config_main(Config, run, {"epochs": "Passes over the data."})
+      >>> main = config_main(Config, run)
     """
-    config_flags = ConfigFlags(config_class, helps, **options)
+    config_flags = ConfigFlags(config_class, **options)
     workdir_flag = flags.DEFINE_string(
         "workdir", workdir, "Directory for the run's outputs."
     )
@@ -186,6 +216,9 @@ def config_main(config_class, run, helps, workdir=None, show=None, **options):
         results = run(config, workdir_flag.value)
         if show is not None:
             show(config, results, workdir_flag.value)
+        if table is not None and results is not None:
+            logging.info("Wrote the results to %s", workdir_flag.value)
+            print(table(results))
 
     return main
 

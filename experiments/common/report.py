@@ -111,8 +111,14 @@ def error_bars(axes, x, spreads, scale=1.0, **style):
     return axes.errorbar(x, mean, yerr=[mean - low, high - mean], **style)
 
 
-def save_figure(fig, path, dpi=90):
-    """Saves `fig` as the PNG `path`, logs it and returns `path`."""
+def save_figure(fig, path, title, dpi=90, fontsize=None):
+    """Titles `fig`, saves it as the PNG `path`, logs it and returns `path`.
+
+    Example:
+      >>> save_figure(fig, "/tmp/run/figure.png", "Accuracy against sparsity")
+      '/tmp/run/figure.png'
+    """
+    fig.suptitle(title, fontsize=fontsize)
     fig.savefig(path, dpi=dpi)
     logging.info("Wrote %s", path)
     return path

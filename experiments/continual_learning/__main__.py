@@ -20,30 +20,10 @@ Usage (docs/continual_learning.md has their results):
 from absl import app, flags
 
 from experiments.common import cli
-from experiments.continual_learning import tasks
-from experiments.continual_learning.lib import METHODS, Config, run
+from experiments.continual_learning.lib import Config, run
 
-HELP = {
-    "sequences": f"Task sequences, among {', '.join(tasks.NAMES)}.",
-    "permuted_tasks": "Tasks of a permuted sequence.",
-    "methods": f"Methods, among {', '.join(METHODS)} (PackNet with hand-written"
-    " gradient masks instead of maskfit's: the control).",
-    "hidden_units": "Units of each hidden layer.",
-    "weight_decay": "The optimizer's weight_decay (unset: the optimizer's default).",
-    "epochs": "Passes over each task.",
-    "retrain_epochs": "PackNet: passes over each task after pruning, training its"
-    " survivors.",
-    "prune_fraction": "PackNet: fraction of the weights a task trained that are"
-    " freed for later tasks, per layer.",
-    "ewc_strength": "EWC: the penalty's strength (lambda).",
-    "ewc_samples": "EWC: training examples per task for the Fisher information.",
-    "mnist1d_samples": "Generate this many MNIST-1D examples instead of 5,000"
-    " (quick runs).",
-    "steps_per_execution": "Training steps per call of the compiled step.",
-    "jit_compile": "Compile with XLA.",
-}
 main = cli.config_main(
-    Config, run, HELP, kinds={"weight_decay": float, "mnist1d_samples": int}
+    Config, run, kinds={"weight_decay": float, "mnist1d_samples": int}
 )
 FLAGS = flags.FLAGS
 

@@ -43,7 +43,7 @@ class _Penalty(keras.regularizers.Regularizer):
         )
 
 
-class EWC:
+class EWC(methods.TaskTraining):
     """Fine-tuning with the EWC penalty on every kernel and bias."""
 
     name = "ewc"
@@ -81,13 +81,7 @@ class EWC:
 
     def learn(self, task_index, task):
         methods.learn_heads_only(self.network, task.head)
-        self.network.train(
-            self._settings,
-            task.x_train,
-            task.y_train,
-            self._epochs,
-            [self._seed, task_index, 0],
-        )
+        self.train_task(task_index, task)
         rng = np.random.default_rng([self._seed, task_index, 2])
         count = min(self._samples, len(task.x_train))
         chosen = rng.choice(len(task.x_train), size=count, replace=False)

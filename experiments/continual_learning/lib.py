@@ -43,6 +43,31 @@ class Config:
     strength `ewc_strength` and its Fisher information comes from
     `ewc_samples` training examples of each task. `mnist1d_samples` (None:
     the package's 5,000) generates a smaller MNIST-1D for quick runs.
+
+    Attributes:
+      sequences: Task sequences, among split_digits, split_mnist1d, permuted_digits,
+        permuted_mnist1d (`tasks.NAMES`).
+      permuted_tasks: Tasks of a permuted sequence.
+      methods: Methods, among packnet, finetune, separate, ewc, packnet_gradmask
+        (`METHODS`; PackNet with hand-written gradient masks instead of maskfit's: the
+        control).
+      hidden_units: Units of each hidden layer.
+      optimizer: A keras.optimizers name, in any case (`common.OPTIMIZERS`).
+      learning_rate: Learning rate.
+      weight_decay: The optimizer's weight_decay (unset: the optimizer's default).
+      batch_size: Examples per step.
+      epochs: Passes over each task.
+      retrain_epochs: PackNet: passes over each task after pruning, training its
+        survivors.
+      prune_fraction: PackNet: fraction of the weights a task trained that are freed for
+        later tasks, per layer.
+      ewc_strength: EWC: the penalty's strength (lambda).
+      ewc_samples: EWC: training examples per task for the Fisher information.
+      seeds: Seeds.
+      mnist1d_samples: Generate this many MNIST-1D examples instead of 5,000 (quick
+        runs).
+      steps_per_execution: Training steps per call of the compiled step.
+      jit_compile: Compile with XLA.
     """
 
     sequences: tuple = ("split_mnist1d", "permuted_mnist1d")

@@ -19,7 +19,13 @@ PyTorch head that gets no gradient does not move), also under weight decay.
 import maskfit
 from experiments.continual_learning import net
 
-__all__ = ["FineTune", "Separate", "learn_heads_only", "separate_hidden_units"]
+__all__ = [
+    "FineTune",
+    "Separate",
+    "TaskTraining",
+    "learn_heads_only",
+    "separate_hidden_units",
+]
 
 
 def learn_heads_only(network, head):
@@ -36,7 +42,28 @@ def learn_heads_only(network, head):
     )
 
 
-class FineTune:
+class TaskTraining:
+    """Trains the one network of a method on a task, the batches seeded by both.
+
+    For a method with the attributes `network`, `_settings`, `_seed` and
+    `_epochs` (fine-tuning, EWC, PackNet).
+    """
+
+    def train_task(self, task_index, task, epochs=None, phase=0):
+        """Trains on `task` for `epochs` (default `_epochs`) passes.
+
+        `phase` tells apart two trainings on one task (PackNet retrains).
+        """
+        self.network.train(
+            self._settings,
+            task.x_train,
+            task.y_train,
+            self._epochs if epochs is None else epochs,
+            [self._seed, task_index, phase],
+        )
+
+
+class FineTune(TaskTraining):
     """One network trained on every task in turn."""
 
     name = "finetune"
@@ -50,13 +77,7 @@ class FineTune:
 
     def learn(self, task_index, task):
         learn_heads_only(self.network, task.head)
-        self.network.train(
-            self._settings,
-            task.x_train,
-            task.y_train,
-            self._epochs,
-            [self._seed, task_index, 0],
-        )
+        self.train_task(task_index, task)
 
     def logits(self, task_index, task, x):
         return self.network.task_logits(self._settings, x, task.head)

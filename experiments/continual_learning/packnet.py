@@ -32,6 +32,7 @@ layers.
 import numpy as np
 
 import maskfit
+from experiments.continual_learning import methods
 
 __all__ = ["FREE", "PackNet"]
 
@@ -39,7 +40,7 @@ __all__ = ["FREE", "PackNet"]
 FREE = 0
 
 
-class PackNet:
+class PackNet(methods.TaskTraining):
     """PackNet on one `Network`: ownership, masks, pruning and inference.
 
     Attributes:
@@ -103,22 +104,10 @@ class PackNet:
         owner = task_index + 1
         train = {n: (o == FREE) | (o == owner) for n, o in self.owners.items()}
         self._set_masks(task_index, train)
-        self.network.train(
-            self._settings,
-            task.x_train,
-            task.y_train,
-            self._epochs,
-            [self._seed, task_index, 0],
-        )
+        self.train_task(task_index, task)
         self._prune(owner)
         self._set_masks(task_index, {n: o == owner for n, o in self.owners.items()})
-        self.network.train(
-            self._settings,
-            task.x_train,
-            task.y_train,
-            self._retrain_epochs,
-            [self._seed, task_index, 1],
-        )
+        self.train_task(task_index, task, self._retrain_epochs, phase=1)
 
     def _prune(self, owner):
         """Gives `owner` the largest-magnitude free entries of each packed layer."""

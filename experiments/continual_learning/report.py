@@ -191,13 +191,12 @@ def figure(summary, config, path):
     decay = (
         "" if config.weight_decay is None else f", weight decay {config.weight_decay:g}"
     )
-    fig.suptitle(
+    title = (
         f"MLP {'-'.join(map(str, config.hidden_units))}, {config.optimizer}"
         f" {config.learning_rate:g}{decay}, {config.epochs} epochs per task; mean"
-        f" over {len(config.seeds)} seed(s){packnet}",
-        fontsize=10,
+        f" over {len(config.seeds)} seed(s){packnet}"
     )
-    return common_report.save_figure(fig, path, dpi=80)
+    return common_report.save_figure(fig, path, title, dpi=80, fontsize=10)
 
 
 def write_events(directory, results, summary):

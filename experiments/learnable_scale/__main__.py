@@ -17,17 +17,7 @@ from experiments.common import cli
 from experiments.learnable_scale.lib import Config, run
 
 # Any strategy but 'default' needs --steps_per_execution=1 --nojit_compile.
-HELP = {
-    "samples": "Number of (x, y) examples.",
-    "x_value": "Value of every input x.",
-    "target": "Value of every target y.",
-    "epochs": "Passes over the data.",
-    "initial_scale": "Scale's start.",
-    "seed": "Random seed.",
-    "steps_per_execution": "Steps per compiled call; 1 is fit's default. Same"
-    " updates either way.",
-}
-main = cli.config_main(Config, run, HELP)
+main = cli.config_main(Config, run)
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":

@@ -34,6 +34,23 @@ class Config:
     and `precision` (a `maskfit.distribute.PRECISIONS` name) in which dtype
     policy. Any strategy but 'default' needs `steps_per_execution=1` and
     `jit_compile=False`, which Keras needs under tf.distribute on CPUs.
+
+    Attributes:
+      samples: Number of (x, y) examples.
+      x_value: Value of every input x.
+      target: Value of every target y.
+      batch_size: Examples per step.
+      learning_rate: Learning rate.
+      epochs: Passes over the data.
+      initial_scale: Scale's start.
+      optimizer: A keras.optimizers name, in any case (`common.OPTIMIZERS`).
+      seed: Random seed.
+      steps_per_execution: Steps per compiled call; 1 is fit's default. Same updates
+        either way.
+      jit_compile: Compile the step with XLA.
+      strategy: Where to train: 'default' (one device), 'mirrored' (all devices of this
+        machine) or 'multi_worker' (several machines, from TF_CONFIG).
+      precision: Keras dtype policy to train in (`maskfit.distribute.PRECISIONS`).
     """
 
     samples: int = 100_000

@@ -20,21 +20,7 @@ from absl import app, flags
 from experiments.common import cli
 from experiments.lottery_ticket.lib import Config, run
 
-HELP = {
-    "hidden_units": "Units of each hidden layer (the paper's LeNet-300-100: 300,100).",
-    "train_steps": "Steps of each training.",
-    "eval_every": "Steps between evaluations (validation loss for early stopping,"
-    " test accuracy).",
-    "rounds": "Rounds of pruning after the dense run.",
-    "prune_rate": "Fraction of each hidden layer's surviving weights pruned per"
-    " round; the output layer prunes half this fraction.",
-    "rewind_step": "Survivors go back to their values after this many steps of the"
-    " dense run (0: the original initialisation).",
-    "seeds": "Seeds; each runs every round.",
-    "validation_fraction": "Fraction of the data held out for early stopping.",
-    "test_fraction": "Fraction of the data held out to test.",
-}
-main = cli.config_main(Config, run, HELP)
+main = cli.config_main(Config, run)
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":

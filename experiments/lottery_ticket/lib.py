@@ -48,6 +48,24 @@ class Config:
     examples and evaluates every `eval_every` steps; the compiled step runs
     `gcd(eval_every, rewind_step)` steps per call, so that the evaluations and
     the rewind snapshot fall between calls (the updates are the same).
+
+    Attributes:
+      hidden_units: Units of each hidden layer (the paper's LeNet-300-100: 300,100).
+      optimizer: A keras.optimizers name, in any case (`common.OPTIMIZERS`).
+      learning_rate: Learning rate.
+      batch_size: Examples per step.
+      train_steps: Steps of each training.
+      eval_every: Steps between evaluations (validation loss for early stopping, test
+        accuracy).
+      rounds: Rounds of pruning after the dense run.
+      prune_rate: Fraction of each hidden layer's surviving weights pruned per round;
+        the output layer prunes half this fraction.
+      rewind_step: Survivors go back to their values after this many steps of the dense
+        run (0: the original initialisation).
+      seeds: Seeds; each runs every round.
+      validation_fraction: Fraction of the data held out for early stopping.
+      test_fraction: Fraction of the data held out to test.
+      jit_compile: Compile the step with XLA.
     """
 
     hidden_units: tuple = (300, 100)

@@ -135,12 +135,12 @@ def figure(summary, config, path):
         axes.grid(alpha=0.3)
     axes.legend(loc="lower left")
     seeds = len(config.seeds)
-    fig.suptitle(
+    title = (
         f"LeNet-{'-'.join(map(str, config.hidden_units))} on digits,"
         f" {config.optimizer} {config.learning_rate:g}, rewind to step"
         f" {config.rewind_step}; mean and min-max over {seeds} seeds"
     )
-    return common_report.save_figure(fig, path)
+    return common_report.save_figure(fig, path, title)
 
 
 def write_curve(writer, seed, round_, curve):

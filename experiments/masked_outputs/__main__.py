@@ -15,20 +15,6 @@ from experiments.masked_outputs.lib import MODES, Config, run
 
 # Any strategy but 'default' needs --nojit_compile, and in fit mode
 # --steps_per_execution=1.
-HELP = {
-    "mode": "manual: constant gradient via apply_gradients; fit: MaskedModel.fit"
-    " towards --targets.",
-    "steps": "Training steps.",
-    "optimizer": "A keras.optimizers name.",
-    "constant_gradient": "manual: the gradient of every learning entry.",
-    "targets": "fit: one target per output.",
-    "masked_outputs": "Indices of frozen outputs.",
-    "backprop": "Also block the frozen outputs' gradient upstream.",
-    "seed": "Random seed of the initial weights.",
-    "jit_compile": "Also compile with XLA (recompiles per loop length; slower on CPU).",
-    "steps_per_execution": "fit: steps per compiled call (default: all); must be"
-    " 1 under a strategy.",
-}
 
 
 def _log(config, metrics, workdir):
@@ -48,7 +34,6 @@ def _log(config, metrics, workdir):
 main = cli.config_main(
     Config,
     run,
-    HELP,
     show=_log,
     choices={"mode": MODES},
     kinds={"steps_per_execution": int},

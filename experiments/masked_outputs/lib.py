@@ -38,7 +38,26 @@ OUTPUTS = 2
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """Settings of one run; `validate` says what is wrong with them."""
+    """Settings of one run; `validate` says what is wrong with them.
+
+    Attributes:
+      mode: manual: constant gradient via apply_gradients; fit: MaskedModel.fit towards
+        --targets.
+      steps: Training steps.
+      optimizer: A keras.optimizers name.
+      learning_rate: Learning rate.
+      constant_gradient: manual: the gradient of every learning entry.
+      targets: fit: one target per output.
+      masked_outputs: Indices of frozen outputs.
+      backprop: Also block the frozen outputs' gradient upstream.
+      seed: Random seed of the initial weights.
+      jit_compile: Also compile with XLA (recompiles per loop length; slower on CPU).
+      steps_per_execution: fit: steps per compiled call (default: all); must be 1 under
+        a strategy.
+      strategy: Where to train: 'default' (one device), 'mirrored' (all devices of this
+        machine) or 'multi_worker' (several machines, from TF_CONFIG).
+      precision: Keras dtype policy to train in (`maskfit.distribute.PRECISIONS`).
+    """
 
     mode: str = "manual"
     steps: int = 100

@@ -18,25 +18,7 @@ from absl import app, flags
 from experiments.common import cli
 from experiments.sparse_training.lib import Config, run
 
-HELP = {
-    "tasks": "'<data set>/<model>' pairs.",
-    "methods": "Methods: dense, static, set, rigl, pruning.",
-    "sparsities": "Target sparsities.",
-    "train_steps": "Steps of every training.",
-    "eval_every": "Steps between test evaluations.",
-    "steps_per_execution": "Steps per compiled call.",
-    "mlp_units": "MLP widths.",
-    "cnn_filters": "CNN channels per layer.",
-    "sparsity_distribution": "uniform, erdos_renyi or erdos_renyi_kernel (ERK).",
-    "dense_first_layer": "Keep the first layer dense.",
-    "delta_t": "Steps between mask updates.",
-    "alpha": "Initial drop fraction of SET and RigL.",
-    "drop_fraction_anneal": "cosine or constant.",
-    "t_end_fraction": "Share of training with mask updates.",
-    "prune_begin_fraction": "Pruning starts here.",
-    "prune_end_fraction": "Pruning ends here.",
-}
-main = cli.config_main(Config, run, HELP)
+main = cli.config_main(Config, run)
 FLAGS = flags.FLAGS
 
 if __name__ == "__main__":

@@ -37,6 +37,29 @@ class Config:
     pruning rises from 0 to the target between `prune_begin_fraction` and
     `prune_end_fraction` of training, every `delta_t` steps. Test accuracy is
     taken every `eval_every` steps; `train_steps` must be a multiple of it.
+
+    Attributes:
+      tasks: '<data set>/<model>' pairs.
+      methods: Methods: dense, static, set, rigl, pruning.
+      sparsities: Target sparsities.
+      seeds: Seeds.
+      train_steps: Steps of every training.
+      batch_size: Examples per step.
+      optimizer: A keras.optimizers name, in any case (`common.OPTIMIZERS`).
+      learning_rate: Learning rate.
+      eval_every: Steps between test evaluations.
+      steps_per_execution: Steps per compiled call.
+      mlp_units: MLP widths.
+      cnn_filters: CNN channels per layer.
+      sparsity_distribution: uniform, erdos_renyi or erdos_renyi_kernel (ERK).
+      dense_first_layer: Keep the first layer dense.
+      delta_t: Steps between mask updates.
+      alpha: Initial drop fraction of SET and RigL.
+      drop_fraction_anneal: cosine or constant.
+      t_end_fraction: Share of training with mask updates.
+      prune_begin_fraction: Pruning starts here.
+      prune_end_fraction: Pruning ends here.
+      jit_compile: Compile the step with XLA.
     """
 
     tasks: tuple = ("mnist1d/mlp", "mnist1d/cnn", "digits/mlp")

@@ -152,12 +152,12 @@ def figure(summary, config, path):
         axes.grid(alpha=0.3)
     panels[-1].legend(loc="lower left", fontsize="small")
     seeds = len(config.seeds)
-    fig.suptitle(
+    title = (
         f"{config.train_steps} steps for every method, {config.optimizer}"
         f" {config.learning_rate:g}, {config.sparsity_distribution}; mean and"
         f" min-max over {seeds} seed{'s' * (seeds > 1)}"
     )
-    return common_report.save_figure(fig, path)
+    return common_report.save_figure(fig, path, title)
 
 
 def write_curve(writer, result):

@@ -23,33 +23,6 @@ from absl import app
 from experiments.common import cli
 from experiments.structured_pruning.lib import Config, run
 
-HELP = {
-    "datasets": "digits, mnist1d.",
-    "architectures": "mlp, resnet.",
-    "fractions": "Fractions of every unit group pruned, in (0, 1).",
-    "seeds": "Seeds; each trains its own dense network.",
-    "optimizer": "adam or sgd (momentum 0.9).",
-    "learning_rate": "Constant learning rate.",
-    "batch_size": "Examples per step.",
-    "epochs": "Dense epochs before pruning.",
-    "prune_epochs": "Epochs over which the pruning steps are spread.",
-    "prune_steps": "Pruning steps (the fraction grows in equal steps).",
-    "finetune_epochs": "Epochs after the pruning epochs.",
-    "importance_p": "Magnitude importance |w|^p: 1 or 2.",
-    "round_to": "Every group keeps a multiple of this many units.",
-    "mlp_hidden": "The MLP's hidden units.",
-    "resnet_widths": "The ResNet's channels per stage.",
-    "resnet_blocks": "Blocks per stage (1: ResNet-8, 3: ResNet-20).",
-    "latency_batches": "Batch sizes timed.",
-    "latency_rounds": "Interleaved rounds timed per batch size.",
-    "round_seconds": "About how long the dense model runs per round.",
-    "keras_path": "Inference path timed: tflite (LiteRT), function, xla, predict_on_batch, eager.",
-    "jit_compile": "Train with XLA.",
-    "run_eagerly": "Train eagerly (no tracing; for tiny runs only).",
-    "threads": "TensorFlow's intra_op,inter_op threads (0,0: its defaults).",
-    "max_train_examples": "Keep this many training examples (0: all).",
-}
-
 
 def _print_table(config, results, workdir):
     del config, results
@@ -57,7 +30,7 @@ def _print_table(config, results, workdir):
         print(f.read())
 
 
-main = cli.config_main(Config, run, HELP, show=_print_table)
+main = cli.config_main(Config, run, show=_print_table)
 
 if __name__ == "__main__":
     app.run(main)

@@ -46,7 +46,23 @@ FAR = 10**9
 
 @dataclasses.dataclass
 class Config:
-    """What to measure; the defaults are issue 13's."""
+    """What to measure; the defaults are issue 13's.
+
+    Attributes:
+      depth: Hidden Dense layers (step time).
+      width: Units per hidden layer (step time).
+      batch: Batch size.
+      frozen_layers: Layers frozen, from the first.
+      steps_per_execution: Steps per train_function.
+      steps: Steps per timed round.
+      warmup_steps: Untimed steps per contender.
+      repeats: Rounds over all contenders.
+      jit_compile: Compile the steps with XLA.
+      memory_width: Units per layer (memory).
+      memory_steps: Steps of the memory runs.
+      memory_contenders: Contenders whose memory is measured.
+      seed: Seed of the weights and the data.
+    """
 
     depth: int = 4
     width: int = 1024

@@ -49,7 +49,25 @@ COLUMNS = (
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """What to measure."""
+    """What to measure.
+
+    Attributes:
+      blocks: Dense blocks, the head included.
+      width: Units per block.
+      batch: Batch size.
+      classes: Classes of the data.
+      decay: Learning-rate factor per block.
+      learning_rate: AdamW's learning rate (of the head).
+      weight_decay: AdamW's weight decay.
+      decay_steps: Steps of the learning-rate schedule's decay.
+      modes: Modes: graph, jit.
+      steps: Steps per timed round.
+      steps_per_execution: Steps per train_function.
+      warmup_steps: Untimed steps per contender.
+      repeats: Rounds over all contenders.
+      tolerance: Largest relative difference from MultiOptimizer's weights.
+      seed: Seed of the weights and the data.
+    """
 
     blocks: int = 12
     width: int = 256

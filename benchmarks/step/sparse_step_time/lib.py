@@ -50,7 +50,24 @@ BASELINE = "static"
 
 @dataclasses.dataclass
 class Config:
-    """What to measure; `delta_t=100` is the issue's."""
+    """What to measure; `delta_t=100` is the issue's.
+
+    Attributes:
+      contenders: From dense, static, pruning, set, rigl (`CONTENDERS`).
+      modes: graph, jit.
+      depth: Hidden Dense layers.
+      width: Units per hidden layer.
+      batch: Batch size.
+      sparsity: Target sparsity.
+      sparsity_distribution: uniform, erdos_renyi or erdos_renyi_kernel (ERK).
+      delta_t: Steps between updates.
+      alpha: Initial drop fraction of SET and RigL.
+      rounds_of: Update periods per timed round.
+      steps_per_execution: Steps per call.
+      warmup_steps: Untimed steps.
+      repeats: Rounds per contender.
+      seed: Seed of the weights and the data.
+    """
 
     contenders: tuple = ("dense", "static", "pruning", "set", "rigl")
     modes: tuple = ("graph", "jit")

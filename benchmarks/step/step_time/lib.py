@@ -35,7 +35,27 @@ COLUMNS = (
 
 @dataclasses.dataclass
 class Config:
-    """What to measure; the defaults are the sizes of issue #7."""
+    """What to measure; the defaults are the sizes of issue #7.
+
+    Attributes:
+      models: Models: mlp, cnn.
+      modes: Modes: graph, jit.
+      optimizers: adamw, sgd.
+      masks: Mask kinds.
+      mlp_depth: Hidden Dense layers of the MLP.
+      mlp_width: Units per MLP layer.
+      mlp_batch: MLP batch size.
+      cnn_filters: Conv filters.
+      cnn_image: CNN input height and width.
+      cnn_batch: CNN batch size.
+      classes: Classes of the data.
+      sparsity: Frozen share under ElementMask.
+      steps: Steps per timed round.
+      steps_per_execution: Steps per train_function.
+      warmup_steps: Untimed steps per contender.
+      repeats: Rounds over all contenders.
+      seed: Seed of the weights and the data.
+    """
 
     models: tuple = ("mlp", "cnn")
     modes: tuple = ("graph", "jit")

@@ -33,6 +33,20 @@ CONTENDERS = ("keras", "masked", "units", "units_each_step")
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """What to measure: one MLP's step while its units are pruned.
+
+    Attributes:
+      widths: Units of the input, each hidden layer and the output.
+      batch: Batch size.
+      steps: Steps per timed round.
+      steps_per_execution: Steps per train_function.
+      warmup_steps: Untimed steps per contender.
+      repeats: Rounds over all contenders.
+      frequency: Steps between two pruning updates.
+      jit_compile: Compile the step with XLA.
+      seed: Seed of the weights and the data.
+    """
+
     widths: tuple = (64, 1024, 1024, 10)
     batch: int = 64
     steps: int = 50

@@ -25,7 +25,21 @@ SCENARIOS = task.SCENARIOS
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """What to run; the defaults are those of issue 14."""
+    """What to run; the defaults are those of issue 14.
+
+    Attributes:
+      scenarios: polynomial, constant, 2:4.
+      contenders: Contenders to run.
+      seeds: Seeds (integers).
+      hidden: Units of each hidden layer.
+      epochs: Epochs per run.
+      batch_size: Batch size.
+      learning_rate: Adam's learning rate.
+      jit_compile: Compile both contenders' training steps with XLA.
+      test_fraction: Fraction of the data held out to test.
+      split_seed: Seed of the train/test split.
+      max_train_examples: Keep this many training examples (0: all).
+    """
 
     scenarios: tuple = ("polynomial", "constant", "2:4")
     # "keras" and "tf_keras" are references (the same model, not pruned, on

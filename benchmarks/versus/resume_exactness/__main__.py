@@ -3,19 +3,6 @@ from benchmarks.resume_exactness import lib
 
 from experiments.common import cli
 
-HELP = {
-    "kills": "Kill steps (random) per contender.",
-    "save_freq": "Steps between backups (*_steps).",
-    "samples": "Training examples.",
-    "batch": "Batch size.",
-    "epochs": "Epochs of 16 steps.",
-    "jit_compile": "Compile the steps with XLA.",
-    "contenders": "Which to measure.",
-    "processes": "Child processes at a time.",
-    "overhead_steps": "Steps of each timed run (the backups' overhead).",
-    "overhead_repeats": "Timed runs per contender (the backups' overhead).",
-    "seed": "Seed of the model, the data and the kill steps.",
-}
 # Internal: one child run, started by `lib.run` in a process of its own, with
 # the run's config as JSON.
 _CHILD = flags.DEFINE_string("child", None, "Internal.")
@@ -38,9 +25,7 @@ def _show(config, results, workdir):
         print(lib.format_table(rows, config, overhead))
 
 
-main = cli.config_main(
-    lib.Config, _run, HELP, workdir="runs/resume_exactness", show=_show
-)
+main = cli.config_main(lib.Config, _run, workdir="runs/resume_exactness", show=_show)
 
 if __name__ == "__main__":
     app.run(main)

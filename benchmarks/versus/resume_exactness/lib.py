@@ -41,7 +41,21 @@ CONTENDERS = ("keras_steps", "maskfit_steps", "keras_epoch", "maskfit_epoch")
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """What to measure; the defaults are issue 27's."""
+    """What to measure; the defaults are issue 27's.
+
+    Attributes:
+      kills: Kill steps (random) per contender.
+      save_freq: Steps between backups (*_steps).
+      samples: Training examples.
+      batch: Batch size.
+      epochs: Epochs of 16 steps.
+      jit_compile: Compile the steps with XLA.
+      contenders: Which to measure.
+      processes: Child processes at a time.
+      overhead_steps: Steps of each timed run (the backups' overhead).
+      overhead_repeats: Timed runs per contender (the backups' overhead).
+      seed: Seed of the model, the data and the kill steps.
+    """
 
     kills: int = 8
     save_freq: int = 7

@@ -37,6 +37,22 @@ class Config:
     `threads` is `(intra_op, inter_op)` for both frameworks (0 leaves each
     framework's default). Each round calls each model enough times in a row
     to last about `round_seconds`.
+
+    Attributes:
+      dataset: Input shape of the networks.
+      architectures: mlp, resnet.
+      mlp_hidden: The MLP's hidden units.
+      resnet_widths: Channels per stage.
+      resnet_blocks: Blocks per stage (1: ResNet-8, 3: -20).
+      fraction: Fraction of each unit group removed.
+      round_to: Kept units are a multiple of this.
+      frameworks: keras, torch.
+      keras_paths: function, xla, predict_on_batch, eager, tflite.
+      torch_paths: eager, trace, compile.
+      batches: Batch sizes.
+      rounds: Interleaved rounds timed.
+      round_seconds: About how long each model runs per round.
+      threads: intra_op,inter_op threads of both frameworks (0,0: their defaults).
     """
 
     dataset: str = "digits"

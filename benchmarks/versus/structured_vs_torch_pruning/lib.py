@@ -26,14 +26,13 @@ import json
 import os
 import statistics
 import time
+from typing import ClassVar
 
 from absl import logging
 from benchmarks.shrunk_latency import lib as shrunk_latency_lib
 
-from experiments.common import datasets
 from experiments.common import report as common_report
-from experiments.common.structured import train as structured_train
-from experiments.common.structured import widths as structured_widths
+from experiments.common.structured.config import StructuredConfig
 
 __all__ = [
     "ARMS",
@@ -63,96 +62,43 @@ def default_frameworks():
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(structured_train.Settings):
+class Config(StructuredConfig):
     """What to run; the defaults are issue 23's comparison.
 
+    The fields of `StructuredConfig` (with more seeds, a longer budget and a
+    fraction of 0: the unpruned network trained on the same total budget),
+    and:
+
     Attributes:
-      datasets, architectures, fractions, seeds, frameworks: the grid
-        (`frameworks` names `ARMS`); a fraction of 0 is the unpruned
-        network trained on the same total budget.
-      optimizer ... finetune_epochs: the `structured_train.Budget`.
-      importance_p: the norm of the magnitude importance (Torch-Pruning's
-        `MagnitudeImportance(p)`: a unit's score is the sum of |w|^p over
-        every weight coupled to it).
-      round_to: every group keeps a multiple of this many units.
-      mlp_hidden, resnet_widths, resnet_blocks: the dense networks.
-      latency_batches, latency_rounds, round_seconds: the latency timing.
-      keras_path, torch_path: the inference path of each framework
-        (`latency.KERAS_PATHS`, `torch_models.TORCH_PATHS`).
-      jit_compile: Keras trains with XLA.
-      threads: `(intra_op, inter_op)` threads of both frameworks.
-      max_train_examples: keep this many training examples (0: all), for
-        quick tests.
+      fractions: Fractions of each unit group pruned (0: the unpruned reference).
+      frameworks: Arms (`ARMS`): maskfit, torch, keras (default: maskfit, and
+        torch where installed).
+      torch_path: PyTorch inference path: eager, trace, compile
+        (`torch_models.TORCH_PATHS`).
+      threads: intra_op,inter_op threads of both frameworks (0,0: defaults).
     """
 
-    datasets: tuple = ("digits", "mnist1d")
-    architectures: tuple = ("mlp", "resnet")
+    unpruned_fraction: ClassVar[bool] = True
+
     fractions: tuple = (0.0, 0.25, 0.5, 0.75)
     seeds: tuple = (0, 1, 2)
-    frameworks: tuple = default_frameworks()
-    optimizer: str = "adam"
-    learning_rate: float = 1e-3
-    batch_size: int = 64
     epochs: int = 20
     prune_epochs: int = 5
     prune_steps: int = 5
     finetune_epochs: int = 10
-    importance_p: int = 2
-    round_to: int = 8
-    mlp_hidden: tuple = (1024, 1024)
-    resnet_widths: tuple = (32, 64, 128)
-    resnet_blocks: int = 1
-    latency_batches: tuple = (1, 64)
     latency_rounds: int = 20
-    round_seconds: float = 0.05
-    keras_path: str = "tflite"  # As `experiments.structured_pruning.lib.Config`'s.
-    torch_path: str = "trace"
-    jit_compile: bool = False
     threads: tuple = (2, 1)
-    max_train_examples: int = 0
+    frameworks: tuple = default_frameworks()
+    torch_path: str = "trace"
 
     def __post_init__(self):
-        for field in dataclasses.fields(self):
-            if isinstance(getattr(self, field.name), list):
-                object.__setattr__(self, field.name, tuple(getattr(self, field.name)))
+        super().__post_init__()
         unknown = [f for f in self.frameworks if f not in ARMS]
         if unknown or not self.frameworks:
             raise ValueError(
                 f"Received an invalid value for `frameworks`, expected some of"
                 f" {sorted(ARMS)}. Received: frameworks={self.frameworks!r}"
             )
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(
-                "Received an invalid value for `seeds`, expected distinct seeds."
-                f" Received: seeds={self.seeds!r}"
-            )
-        if any(not 0 <= f < 1 for f in self.fractions) or not self.fractions:
-            raise ValueError(
-                "Received an invalid value for `fractions`, expected fractions in"
-                f" [0, 1). Received: fractions={self.fractions!r}"
-            )
-        if self.importance_p not in (1, 2):
-            raise ValueError(
-                "Received an invalid value for `importance_p`, expected 1 or 2."
-                f" Received: importance_p={self.importance_p!r}"
-            )
-        _ = self.budget  # Checks the training budget.
-        for kind in self.architectures:
-            for name in self.datasets:
-                arch = self.architecture(kind, name)
-                for fraction in self.fractions:
-                    if fraction:
-                        structured_widths.shrunk(arch, fraction, self.round_to)
-
-
-def _load(config, name):
-    data = datasets.load(name)
-    if config.max_train_examples:
-        keep = config.max_train_examples
-        data = dataclasses.replace(
-            data, x_train=data.x_train[:keep], y_train=data.y_train[:keep]
-        )
-    return data
 
 
 def summarize(runs, latency_rows):
@@ -233,7 +179,7 @@ def run(config, workdir):
     before = shrunk_latency_lib.machine()
     runs, latency_rows = [], []
     for name in config.datasets:
-        data = _load(config, name)
+        data = config.load(name)
         for kind in config.architectures:
             arch = config.architecture(kind, name)
             for framework in config.frameworks:

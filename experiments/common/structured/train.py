@@ -20,8 +20,6 @@ import numbers
 import keras
 import numpy as np
 
-from experiments.common.structured import models as structured_models
-
 __all__ = [
     "Budget",
     "OPTIMIZERS",
@@ -81,38 +79,6 @@ class Budget:
     def total_epochs(self):
         """Epochs of the whole run: dense, pruning and fine-tuning."""
         return self.epochs + self.prune_epochs + self.finetune_epochs
-
-
-class Settings:
-    """What the structured-pruning configs share: their `Budget` and networks.
-
-    A mixin for a dataclass with the fields `optimizer`, `learning_rate`,
-    `batch_size`, `epochs`, `prune_epochs`, `prune_steps`, `finetune_epochs`,
-    `mlp_hidden`, `resnet_widths` and `resnet_blocks`
-    (`experiments.structured_pruning.lib.Config`,
-    `benchmarks.structured_vs_torch_pruning.lib.Config`).
-    """
-
-    @property
-    def budget(self):
-        """The `Budget` of every run."""
-        return Budget(
-            optimizer=self.optimizer,
-            learning_rate=self.learning_rate,
-            batch_size=self.batch_size,
-            epochs=self.epochs,
-            prune_epochs=self.prune_epochs,
-            prune_steps=self.prune_steps,
-            finetune_epochs=self.finetune_epochs,
-        )
-
-    def architecture(self, kind, dataset):
-        """The dense `kind` network for the data set `dataset`."""
-        if kind == "mlp":
-            return structured_models.for_data(kind, dataset, hidden=self.mlp_hidden)
-        return structured_models.for_data(
-            kind, dataset, widths=self.resnet_widths, blocks=self.resnet_blocks
-        )
 
 
 def _check_int(name, value, minimum):
