@@ -2,9 +2,13 @@
 
 Each benchmark builds its contenders as `Timed` (one compiled model and a
 fixed batch), times them with `round_robin`, reports `paired_ratios` against
-its baseline, and records `machine()` next to its table.
+its baseline, and records `machine()` next to its table; `write_config`,
+`write_json`, `write_csv` and `write_text` write its files.
 """
 
+import csv
+import dataclasses
+import json
 import os
 import platform
 import statistics
@@ -13,7 +17,16 @@ import time
 import keras
 import tensorflow as tf
 
-__all__ = ["Timed", "machine", "paired_ratios", "round_robin"]
+__all__ = [
+    "Timed",
+    "machine",
+    "paired_ratios",
+    "round_robin",
+    "write_config",
+    "write_csv",
+    "write_json",
+    "write_text",
+]
 
 
 class Timed:
@@ -36,6 +49,20 @@ class Timed:
         self.steps = self.calls * steps_per_execution
         for _ in range(max(1, warmup_steps // steps_per_execution)):
             model.train_function(self.iterator)
+
+    @classmethod
+    def of_config(cls, key, model, x, y, config, steps=None):
+        """The contender timed as `config` says: its `steps` (unless given),
+        `steps_per_execution` and `warmup_steps`."""
+        return cls(
+            key,
+            model,
+            x,
+            y,
+            config.steps if steps is None else steps,
+            config.steps_per_execution,
+            config.warmup_steps,
+        )
 
     def time_step(self):
         """Runs `steps` training steps; returns wall and CPU seconds per step."""
@@ -76,7 +103,7 @@ def paired_ratios(times, key, baseline):
 
 
 def machine():
-    """Describes where the benchmark ran."""
+    """Describes where the benchmark ran: CPU, cores, GPUs, library versions."""
     model_name = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -91,3 +118,29 @@ def machine():
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
     }
+
+
+def write_config(workdir, config):
+    """Makes `workdir` and writes the dataclass `config` there as `config.json`."""
+    os.makedirs(workdir, exist_ok=True)
+    write_json(workdir, "config.json", dataclasses.asdict(config))
+
+
+def write_json(workdir, name, value):
+    """Writes `value` as indented JSON to the file `name` under `workdir`."""
+    with open(os.path.join(workdir, name), "w") as f:
+        json.dump(value, f, indent=2)
+
+
+def write_text(workdir, name, text):
+    """Writes `text` (a table) to the file `name` under `workdir`."""
+    with open(os.path.join(workdir, name), "w") as f:
+        f.write(text)
+
+
+def write_csv(workdir, name, rows, columns):
+    """Writes the dicts `rows` as CSV with the header `columns`."""
+    with open(os.path.join(workdir, name), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)

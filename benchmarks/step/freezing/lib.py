@@ -131,17 +131,7 @@ def time_contenders(config):
     contenders = []
     for name in CONTENDERS:
         model, x, y = build(config, name)
-        contenders.append(
-            harness.Timed(
-                name,
-                model,
-                x,
-                y,
-                config.steps,
-                config.steps_per_execution,
-                config.warmup_steps,
-            )
-        )
+        contenders.append(harness.Timed.of_config(name, model, x, y, config))
     times, _ = harness.round_robin(contenders, config.repeats)
     results = {}
     for name in CONTENDERS:
@@ -206,11 +196,9 @@ def run(config, workdir):
         "time": time_contenders(config),
         "memory": measure_memory(config),
     }
-    with open(os.path.join(workdir, "freezing.json"), "w") as f:
-        json.dump(results, f, indent=2)
+    harness.write_json(workdir, "freezing.json", results)
     table = format_table(results)
-    with open(os.path.join(workdir, "freezing.md"), "w") as f:
-        f.write(table + "\n")
+    harness.write_text(workdir, "freezing.md", table + "\n")
     return results
 
 

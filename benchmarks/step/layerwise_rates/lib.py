@@ -19,11 +19,8 @@ All start from the same weights. The contenders are timed round-robin for
 steps, and the weights of each are compared with `multi_optimizer`'s.
 """
 
-import csv
 import dataclasses
-import json
 import logging
-import os
 import statistics
 
 import keras
@@ -215,17 +212,7 @@ def _measure(config, mode, x, y):
             jit_compile=mode == "jit",
             steps_per_execution=config.steps_per_execution,
         )
-        contenders.append(
-            harness.Timed(
-                name,
-                model,
-                x,
-                y,
-                config.steps,
-                config.steps_per_execution,
-                config.warmup_steps,
-            )
-        )
+        contenders.append(harness.Timed.of_config(name, model, x, y, config))
     times, _ = harness.round_robin(contenders, config.repeats)
     final = {c.key: c.model.get_weights() for c in contenders}
     trainable = [
@@ -304,9 +291,7 @@ def run(config, workdir):
     Returns:
       The rows, as dicts with the keys in `COLUMNS`.
     """
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump(dataclasses.asdict(config), f, indent=2)
+    harness.write_config(workdir, config)
     rng = np.random.default_rng(config.seed)
     x = rng.standard_normal((config.batch, config.width)).astype(np.float32)
     y = rng.integers(0, config.classes, size=(config.batch,)).astype(np.int32)
@@ -314,12 +299,10 @@ def run(config, workdir):
     for mode in config.modes:
         rows.extend(_measure(config, mode, x, y))
     what = WHAT.format(**dataclasses.asdict(config))
-    with open(os.path.join(workdir, "layerwise_rates.json"), "w") as f:
-        json.dump(
-            {"what": what, "machine": harness.machine(), "rows": rows}, f, indent=2
-        )
-    with open(os.path.join(workdir, "layerwise_rates.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    harness.write_json(
+        workdir,
+        "layerwise_rates.json",
+        {"what": what, "machine": harness.machine(), "rows": rows},
+    )
+    harness.write_csv(workdir, "layerwise_rates.csv", rows, COLUMNS)
     return rows

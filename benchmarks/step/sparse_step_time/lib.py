@@ -21,11 +21,8 @@ each ratio is taken per round against `static` and the median reported, as
 in `benchmarks.harness`.
 """
 
-import csv
 import dataclasses
-import json
 import logging
-import os
 import statistics
 
 import keras
@@ -163,15 +160,8 @@ def _contender(config, mode, name):
     rng = np.random.default_rng(config.seed)
     x = rng.standard_normal((config.batch, config.width)).astype(np.float32)
     y = rng.integers(0, 10, size=(config.batch,)).astype(np.int32)
-    return harness.Timed(
-        name,
-        model,
-        x,
-        y,
-        config.rounds_of * config.delta_t,
-        config.steps_per_execution,
-        config.warmup_steps,
-    )
+    steps = config.rounds_of * config.delta_t
+    return harness.Timed.of_config(name, model, x, y, config, steps)
 
 
 def _measure(config, mode):
@@ -229,16 +219,11 @@ def run(config, workdir):
     Returns:
       The rows, dicts with the keys of `COLUMNS`.
     """
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump(dataclasses.asdict(config), f, indent=2)
+    harness.write_config(workdir, config)
     rows = [row for mode in config.modes for row in _measure(config, mode)]
-    with open(os.path.join(workdir, "sparse_step_time.json"), "w") as f:
-        json.dump({"machine": harness.machine(), "rows": rows}, f, indent=2)
-    with open(os.path.join(workdir, "sparse_step_time.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    with open(os.path.join(workdir, "sparse_step_time.md"), "w") as f:
-        f.write(format_table(rows))
+    harness.write_json(
+        workdir, "sparse_step_time.json", {"machine": harness.machine(), "rows": rows}
+    )
+    harness.write_csv(workdir, "sparse_step_time.csv", rows, COLUMNS)
+    harness.write_text(workdir, "sparse_step_time.md", format_table(rows))
     return rows

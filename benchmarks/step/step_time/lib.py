@@ -1,10 +1,7 @@
 """Step time and memory of `MaskedModel.fit` against stock `keras.Model.fit`."""
 
-import csv
 import dataclasses
-import json
 import logging
-import os
 import statistics
 
 import keras
@@ -158,14 +155,8 @@ def _contender(config, model_name, mode, optimizer, mask):
         jit_compile=mode == "jit",
         steps_per_execution=config.steps_per_execution,
     )
-    timed = harness.Timed(
-        (model_name, mode, optimizer, mask),
-        model,
-        x,
-        y,
-        config.steps,
-        config.steps_per_execution,
-        config.warmup_steps,
+    timed = harness.Timed.of_config(
+        (model_name, mode, optimizer, mask), model, x, y, config
     )
     timed.memory = _memory(model)
     return timed
@@ -251,17 +242,13 @@ def run(config, workdir):
     Returns:
       The rows of the table, as dicts with the keys in `COLUMNS`.
     """
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump(dataclasses.asdict(config), f, indent=2)
+    harness.write_config(workdir, config)
     rows = []
     for model_name in config.models:
         for mode in config.modes:
             rows.extend(_measure(config, model_name, mode))
-    with open(os.path.join(workdir, "step_time.json"), "w") as f:
-        json.dump({"machine": harness.machine(), "rows": rows}, f, indent=2)
-    with open(os.path.join(workdir, "step_time.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    harness.write_json(
+        workdir, "step_time.json", {"machine": harness.machine(), "rows": rows}
+    )
+    harness.write_csv(workdir, "step_time.csv", rows, COLUMNS)
     return rows

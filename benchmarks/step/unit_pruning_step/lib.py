@@ -19,7 +19,6 @@ table gives the median step time and the median of the per-round ratios to
 """
 
 import dataclasses
-import json
 import os
 
 import keras
@@ -88,9 +87,7 @@ def _timed(config, kind):
     rng = np.random.default_rng(config.seed)
     x = rng.normal(size=(config.batch, config.widths[0])).astype("float32")
     y = rng.integers(0, config.widths[-1], size=(config.batch,))
-    return harness.Timed(
-        kind, model, x, y, config.steps, config.steps_per_execution, config.warmup_steps
-    )
+    return harness.Timed.of_config(kind, model, x, y, config)
 
 
 def run(config, workdir):
@@ -116,8 +113,7 @@ def run(config, workdir):
         "machine": harness.machine(),
         "rows": rows,
     }
-    with open(os.path.join(workdir, "unit_pruning_step.json"), "w") as f:
-        json.dump(result, f, indent=2)
+    harness.write_json(workdir, "unit_pruning_step.json", result)
     return rows
 
 

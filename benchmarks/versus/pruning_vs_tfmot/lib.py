@@ -11,7 +11,6 @@ one's median step time and the paired ratio of their epoch times.
 """
 
 import dataclasses
-import json
 import os
 import platform
 import statistics
@@ -19,6 +18,8 @@ import statistics
 import numpy as np
 from benchmarks.pruning_vs_tfmot import task
 from benchmarks.pruning_vs_tfmot.contenders import CONTENDERS
+
+from benchmarks import harness
 
 SCENARIOS = task.SCENARIOS
 
@@ -80,9 +81,7 @@ def run(config, workdir):
 
     Returns the results dict that `pruning_vs_tfmot.json` holds.
     """
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump(dataclasses.asdict(config), f, indent=2)
+    harness.write_config(workdir, config)
     data = task.load_data(config)
     load_before = os.getloadavg()
     runs = []
@@ -117,10 +116,8 @@ def run(config, workdir):
         },
         "own_cost": own_cost(runs),
     }
-    with open(os.path.join(workdir, "pruning_vs_tfmot.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    with open(os.path.join(workdir, "pruning_vs_tfmot.md"), "w") as f:
-        f.write(format_markdown(results))
+    harness.write_json(workdir, "pruning_vs_tfmot.json", results)
+    harness.write_text(workdir, "pruning_vs_tfmot.md", format_markdown(results))
     return results
 
 

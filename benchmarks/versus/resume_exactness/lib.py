@@ -34,6 +34,7 @@ import keras
 import numpy as np
 
 import maskfit
+from benchmarks import harness
 from maskfit import pruning
 
 CONTENDERS = ("keras_steps", "maskfit_steps", "keras_epoch", "maskfit_epoch")
@@ -278,10 +279,10 @@ def run(config, workdir):
         rows=rows,
         overhead=overhead,
     )
-    with open(os.path.join(workdir, "resume_exactness.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    with open(os.path.join(workdir, "resume_exactness.md"), "w") as f:
-        f.write(format_table(rows, config, overhead) + "\n")
+    harness.write_json(workdir, "resume_exactness.json", result)
+    harness.write_text(
+        workdir, "resume_exactness.md", format_table(rows, config, overhead) + "\n"
+    )
     return rows, overhead
 
 

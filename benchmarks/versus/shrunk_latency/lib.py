@@ -13,14 +13,12 @@ both (`experiments.common.model_cost`; Torch-Pruning counts the same).
 """
 
 import dataclasses
-import json
 import os
-import platform
 
-import keras
 import tensorflow as tf
 from absl import logging
 
+from benchmarks import harness
 from experiments.common import latency, model_cost
 from experiments.common.structured import models as structured_models
 from experiments.common.structured import widths as structured_widths
@@ -116,25 +114,15 @@ class Config:
 
 
 def machine():
-    """Describes where the benchmark ran: CPU, cores, load, library versions."""
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line for line in f if line.startswith("model name")]
-        cpu = names[0].split(":", 1)[1].strip() if names else cpu
-    except OSError:
-        pass
-    described = {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "load_average": list(os.getloadavg()),
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "tensorflow_threads": [
+    """Describes where the benchmark ran: `harness.machine()`, load and threads."""
+    described = dict(
+        harness.machine(),
+        load_average=list(os.getloadavg()),
+        tensorflow_threads=[
             tf.config.threading.get_intra_op_parallelism_threads(),
             tf.config.threading.get_inter_op_parallelism_threads(),
         ],
-    }
+    )
     try:
         import torch
     except ImportError:
@@ -302,9 +290,7 @@ def run(config, workdir):
     `shrunk_latency.md` under `workdir`; returns the rows.
     """
     set_threads(config.threads, config.frameworks)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump(dataclasses.asdict(config), f, indent=2)
+    harness.write_config(workdir, config)
     before = machine()
     rows = []
     for framework in config.frameworks:
@@ -312,8 +298,10 @@ def run(config, workdir):
             rows.extend(_time(config, framework, kind))
     described = machine()
     described["load_average_before"] = before["load_average"]
-    with open(os.path.join(workdir, "shrunk_latency.json"), "w") as f:
-        json.dump({"machine": described, "rows": rows}, f, indent=2)
-    with open(os.path.join(workdir, "shrunk_latency.md"), "w") as f:
-        f.write(format_table(rows) + _sizes(config))
+    harness.write_json(
+        workdir, "shrunk_latency.json", {"machine": described, "rows": rows}
+    )
+    harness.write_text(
+        workdir, "shrunk_latency.md", format_table(rows) + _sizes(config)
+    )
     return rows

@@ -22,8 +22,6 @@ Torch-Pruning where torch and torch-pruning are installed, alone elsewhere.
 import dataclasses
 import importlib
 import importlib.util
-import json
-import os
 import statistics
 import time
 from typing import ClassVar
@@ -31,6 +29,7 @@ from typing import ClassVar
 from absl import logging
 from benchmarks.shrunk_latency import lib as shrunk_latency_lib
 
+from benchmarks import harness
 from experiments.common import report as common_report
 from experiments.common.structured.config import StructuredConfig
 
@@ -173,9 +172,7 @@ def run(config, workdir):
     under `workdir`, and returns the results dict.
     """
     shrunk_latency_lib.set_threads(config.threads, config.frameworks)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump(dataclasses.asdict(config), f, indent=2)
+    harness.write_config(workdir, config)
     before = shrunk_latency_lib.machine()
     runs, latency_rows = [], []
     for name in config.datasets:
@@ -209,10 +206,10 @@ def run(config, workdir):
         "latency_by_fraction": _latency_only(config, latency_rows),
         "summary": summarize(runs, latency_rows),
     }
-    with open(os.path.join(workdir, "structured_vs_torch_pruning.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    with open(os.path.join(workdir, "structured_vs_torch_pruning.md"), "w") as f:
-        f.write(format_markdown(results))
+    harness.write_json(workdir, "structured_vs_torch_pruning.json", results)
+    harness.write_text(
+        workdir, "structured_vs_torch_pruning.md", format_markdown(results)
+    )
     return results
 
 

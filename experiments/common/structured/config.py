@@ -16,9 +16,10 @@ __all__ = ["StructuredConfig"]
 
 
 @dataclasses.dataclass(frozen=True)
-class StructuredConfig:
-    """The grid, the training budget, the networks and the timing of a run.
+class StructuredConfig(Budget):
+    """The training budget, the grid, the networks and the timing of a run.
 
+    The fields of its `Budget` come first (`budget` is that `Budget` alone).
     Lists become tuples. Subclasses with `unpruned_fraction = True` accept a
     fraction of 0 (the dense network trained on the same total budget).
 
@@ -58,17 +59,14 @@ class StructuredConfig:
 
     unpruned_fraction: ClassVar[bool] = False
 
-    datasets: tuple = ("digits", "mnist1d")
-    architectures: tuple = ("mlp", "resnet")
-    fractions: tuple = (0.25, 0.5, 0.75)
-    seeds: tuple = (0, 1)
-    optimizer: str = "adam"
-    learning_rate: float = 1e-3
-    batch_size: int = 64
     epochs: int = 4
     prune_epochs: int = 1
     prune_steps: int = 3
     finetune_epochs: int = 2
+    datasets: tuple = ("digits", "mnist1d")
+    architectures: tuple = ("mlp", "resnet")
+    fractions: tuple = (0.25, 0.5, 0.75)
+    seeds: tuple = (0, 1)
     importance_p: int = 2
     round_to: int = 8
     mlp_hidden: tuple = (1024, 1024)
@@ -83,6 +81,7 @@ class StructuredConfig:
     max_train_examples: int = 0
 
     def __post_init__(self):
+        super().__post_init__()  # Checks the training budget.
         for field in dataclasses.fields(self):
             if isinstance(getattr(self, field.name), list):
                 object.__setattr__(self, field.name, tuple(getattr(self, field.name)))
@@ -112,7 +111,6 @@ class StructuredConfig:
                 f"Received an invalid value for `keras_path`, expected one of"
                 f" {latency.KERAS_PATHS}. Received: keras_path={self.keras_path!r}"
             )
-        _ = self.budget  # Checks the training budget.
         for kind in self.architectures:
             for name in self.datasets:
                 arch = self.architecture(kind, name)
@@ -124,13 +122,7 @@ class StructuredConfig:
     def budget(self):
         """The `Budget` of every run."""
         return Budget(
-            optimizer=self.optimizer,
-            learning_rate=self.learning_rate,
-            batch_size=self.batch_size,
-            epochs=self.epochs,
-            prune_epochs=self.prune_epochs,
-            prune_steps=self.prune_steps,
-            finetune_epochs=self.finetune_epochs,
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(Budget)}
         )
 
     def architecture(self, kind, dataset):
