@@ -79,25 +79,22 @@ class ConfigFlags:
     """One absl flag per field of a config dataclass, read back as a config.
 
     Each flag's help is the field's line in the "Attributes:" section of the
-    config's docstring (`field_helps`), its default the field's default (or
-    `defaults[name]`). A tuple
-    field is a list flag whose items parse as its first item's type (or
-    `lists[name]`); a field named in `choices` (and `strategy`, `precision`)
-    an enum flag; the others bool, integer, float or string flags by their
-    default's type (or `kinds[name]`, for a default of None).
+    config's docstring (`field_helps`), its default the field's default. A
+    tuple field is a list flag whose items parse as its first item's type; a
+    field named in `choices` (and `strategy`, `precision`) an enum flag; the
+    others bool, integer, float or string flags by their default's type (or
+    `kinds[name]`, for a default of None).
 
     Example:
       >>> options = ConfigFlags(Config)
       >>> config = options.config()  # after absl parsed the command line
     """
 
-    def __init__(
-        self, config_class, lists=None, choices=None, kinds=None, defaults=None
-    ):
+    def __init__(self, config_class, choices=None, kinds=None):
         self.config_class = config_class
         self.lists = {}
         self.holders = {}
-        defaults = dict(dataclasses.asdict(config_class()), **(defaults or {}))
+        defaults = dataclasses.asdict(config_class())
         choices = dict(_CHOICES, **(choices or {}))
         helps = field_helps(config_class)
         for field in dataclasses.fields(config_class):
@@ -113,7 +110,7 @@ class ConfigFlags:
             if name in choices:
                 holder = flags.DEFINE_enum(name, default, list(choices[name]), text)
             elif isinstance(default, (tuple, list)):
-                self.lists[name] = (lists or {}).get(name) or type(default[0])
+                self.lists[name] = type(default[0])
                 holder = flags.DEFINE_list(name, [str(v) for v in default], text)
             elif kind is bool:
                 holder = flags.DEFINE_bool(name, default, text)
@@ -188,8 +185,7 @@ def config_main(config_class, run, workdir=None, show=None, table=None, **option
 
     Args:
       config_class: the run's config dataclass; every field becomes a flag
-        (see `ConfigFlags`, which takes `options`: lists, choices, kinds,
-        defaults).
+        (see `ConfigFlags`, which takes `options`: choices, kinds).
       run: `run(config, workdir)`, the library function; returns the results.
       workdir: the default of `--workdir`; None makes the flag required.
       show: `show(config, results, workdir)`, called after the run (prints
