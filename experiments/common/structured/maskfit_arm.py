@@ -183,7 +183,7 @@ def run_arm(arch, data, fractions, budget, seeds, settings):
     Example (tiny):
 
     >>> import types
-    >>> from experiments import datasets
+    >>> from experiments.common import datasets
     >>> data = datasets.load("digits")
     >>> settings = types.SimpleNamespace(importance_p=2, round_to=8,
     ...     jit_compile=False, keras_path="function", latency_batches=(1,),
