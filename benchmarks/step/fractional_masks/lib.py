@@ -1,14 +1,8 @@
-"""What a mask value of 0.1 does under each optimizer, with MaskedModel.
+"""What a mask value of 0.1 does under each optimizer: `measure`, `format_table`.
 
-    python -m benchmarks.fractional_masks
-
-A Dense(2) head with `OutputMask([1.0, 0.1])` (Input(4) -> Dense(16, tanh) ->
-head, MSE on 64 random examples, one epoch of 8 steps). For each optimizer,
-the mean |change| of the 0.1 unit's kernel over that of the same unit in a
-stock `keras.Model` run from the same weights: 0.1 is what the value means.
-Two columns: `scale="gradient"` (the value multiplies the gradient, maskfit's
-meaning before issue 24) and `scale="step"` (the default: it multiplies the
-learning rate). docs/learning_rates.md holds the table.
+`measure` trains the head of `__main__`'s description once per optimizer, in
+a stock `keras.Model` and in a `MaskedModel` under each `scale`, from the
+same weights, and returns the ratios of the 0.1 unit's moves.
 """
 
 import keras
