@@ -1,132 +1,32 @@
-"""Step time and memory of `MaskedModel.fit` against stock `keras.Model.fit`."""
+"""What the benchmarks share: timed contenders in turn, paired ratios, the machine.
+
+Each benchmark builds its contenders as `Timed` (one compiled model and a
+fixed batch), times them with `round_robin`, reports `paired_ratios` against
+its baseline, and records `machine()` next to its table; `write_config`,
+`write_json`, `write_csv` and `write_text` write its files.
+"""
 
 import csv
 import dataclasses
 import json
-import logging
 import os
 import platform
 import statistics
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-import maskfit
-from maskfit import model as model_lib
-from maskfit.optim import traits
-from maskfit.step import plan as plan_lib
-
-COLUMNS = (
-    "model",
-    "mode",
-    "optimizer",
-    "mask",
-    "step_ms",
-    "ratio_median",
-    "ratio_min",
-    "ratio_max",
-    "cpu_ratio_median",
-    "param_bytes",
-    "mask_state_bytes",
-    "snapshot_bytes",
-)
-
-
-@dataclasses.dataclass
-class Config:
-    """What to measure; the defaults are the sizes of issue #7."""
-
-    models: tuple = ("mlp", "cnn")
-    modes: tuple = ("graph", "jit")
-    optimizers: tuple = ("adamw", "sgd")
-    masks: tuple = ("none", "output", "element")
-    mlp_depth: int = 4
-    mlp_width: int = 1024
-    mlp_batch: int = 256
-    cnn_filters: tuple = (32, 64, 128)
-    cnn_image: int = 32
-    cnn_batch: int = 128
-    classes: int = 10
-    sparsity: float = 0.9
-    steps: int = 20
-    steps_per_execution: int = 5
-    warmup_steps: int = 10
-    repeats: int = 5
-    seed: int = 0
-
-
-def _build(config, model_name, masked):
-    """Returns `(model, layers to mask, (x, y))` for one contender."""
-    model_class = maskfit.MaskedModel if masked else keras.Model
-    if model_name == "mlp":
-        inputs = keras.Input((config.mlp_width,))
-        hidden = inputs
-        for _ in range(config.mlp_depth):
-            hidden = keras.layers.Dense(config.mlp_width, activation="relu")(hidden)
-        batch, shape = config.mlp_batch, (config.mlp_width,)
-    elif model_name == "cnn":
-        shape = (config.cnn_image, config.cnn_image, 3)
-        inputs = keras.Input(shape)
-        hidden = inputs
-        for filters in config.cnn_filters:
-            hidden = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(
-                hidden
-            )
-            hidden = keras.layers.MaxPooling2D()(hidden)
-        hidden = keras.layers.GlobalAveragePooling2D()(hidden)
-        batch = config.cnn_batch
-    else:
-        raise ValueError(f"Unknown model {model_name!r}; expected 'mlp' or 'cnn'.")
-    outputs = keras.layers.Dense(config.classes)(hidden)
-    model = model_class(inputs, outputs)
-    rng = np.random.default_rng(config.seed)
-    x = rng.standard_normal((batch,) + shape).astype(np.float32)
-    y = rng.integers(0, config.classes, size=(batch,)).astype(np.int32)
-    return model, [layer for layer in model.layers if layer.trainable_weights], (x, y)
-
-
-def _set_masks(layers, mask, sparsity, seed):
-    rng = np.random.default_rng(seed + 1)
-    for layer in layers:
-        if mask == "output":
-            units = layer.trainable_weights[0].shape[-1]
-            values = np.arange(units) % 2
-            maskfit.set_mask(layer, maskfit.OutputMask(values))
-        elif mask == "element":
-            kernel = layer.kernel
-            keep = rng.random(tuple(kernel.shape)) >= sparsity
-            maskfit.set_mask(layer, maskfit.ElementMask({"kernel": keep}))
-
-
-def _optimizer(name):
-    if name == "adamw":
-        return keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.004)
-    if name == "sgd":
-        return keras.optimizers.SGD(learning_rate=1e-3)
-    raise ValueError(f"Unknown optimizer {name!r}; expected 'adamw' or 'sgd'.")
-
-
-def _nbytes(variable):
-    return int(np.prod(variable.shape)) * tf.as_dtype(variable.dtype).size
-
-
-def _memory(model):
-    """Returns `(param, mask state, snapshot)` bytes of `model` after its first fit."""
-    variables = model_lib.all_trainable_variables(model)
-    params = sum(_nbytes(v) for v in variables)
-    masker = model_lib.masker_of(model)
-    if masker is None:
-        return params, 0, 0
-    guarded = [
-        variables[i]
-        for i in masker.masked_indices
-        if i not in masker.plan.frozen
-        and masker.plan.guarded[i] != plan_lib.NEVER
-        and traits.moves_zero_gradient_entries(model.optimizer, variables[i])
-    ]
-    return params, masker.state_bytes(), sum(_nbytes(v) for v in guarded)
+__all__ = [
+    "Timed",
+    "machine",
+    "paired_ratios",
+    "round_robin",
+    "write_config",
+    "write_csv",
+    "write_json",
+    "write_text",
+]
 
 
 class Timed:
@@ -149,6 +49,20 @@ class Timed:
         self.steps = self.calls * steps_per_execution
         for _ in range(max(1, warmup_steps // steps_per_execution)):
             model.train_function(self.iterator)
+
+    @classmethod
+    def of_config(cls, key, model, x, y, config, steps=None):
+        """The contender timed as `config` says: its `steps` (unless given),
+        `steps_per_execution` and `warmup_steps`."""
+        return cls(
+            key,
+            model,
+            x,
+            y,
+            config.steps if steps is None else steps,
+            config.steps_per_execution,
+            config.warmup_steps,
+        )
 
     def time_step(self):
         """Runs `steps` training steps; returns wall and CPU seconds per step."""
@@ -188,74 +102,8 @@ def paired_ratios(times, key, baseline):
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
-def _contender(config, model_name, mode, optimizer, mask):
-    keras.utils.set_random_seed(config.seed)
-    model, layers, (x, y) = _build(config, model_name, masked=mask != "none")
-    _set_masks(layers, mask, config.sparsity, config.seed)
-    model.compile(
-        optimizer=_optimizer(optimizer),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=mode == "jit",
-        steps_per_execution=config.steps_per_execution,
-    )
-    timed = Timed(
-        (model_name, mode, optimizer, mask),
-        model,
-        x,
-        y,
-        config.steps,
-        config.steps_per_execution,
-        config.warmup_steps,
-    )
-    timed.memory = _memory(model)
-    return timed
-
-
-def _measure(config, model_name, mode):
-    """Times every contender of one (model, mode), round-robin; returns rows."""
-    masks = ("none",) + tuple(m for m in config.masks if m != "none")
-    contenders = [
-        _contender(config, model_name, mode, optimizer, mask)
-        for optimizer in config.optimizers
-        for mask in masks
-    ]
-    times, cpu_times = round_robin(contenders, config.repeats)
-    rows = []
-    for contender in contenders:
-        _, _, optimizer, mask = contender.key
-        stock = (model_name, mode, optimizer, "none")
-        ratio, low, high = paired_ratios(times, contender.key, stock)
-        cpu_ratio = paired_ratios(cpu_times, contender.key, stock)[0]
-        params, state, snapshot = contender.memory
-        rows.append(
-            {
-                "model": model_name,
-                "mode": mode,
-                "optimizer": optimizer,
-                "mask": mask,
-                "step_ms": 1e3 * statistics.median(times[contender.key]),
-                "ratio_median": ratio,
-                "ratio_min": low,
-                "ratio_max": high,
-                "cpu_ratio_median": cpu_ratio,
-                "param_bytes": params,
-                "mask_state_bytes": state,
-                "snapshot_bytes": snapshot,
-            }
-        )
-        logging.info(
-            "%s %s %s %s: %.2f ms/step, ratio %.3f [%.3f, %.3f]",
-            *contender.key,
-            rows[-1]["step_ms"],
-            rows[-1]["ratio_median"],
-            rows[-1]["ratio_min"],
-            rows[-1]["ratio_max"],
-        )
-    return rows
-
-
 def machine():
-    """Describes where the benchmark ran."""
+    """Describes where the benchmark ran: CPU, cores, GPUs, library versions."""
     model_name = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -272,54 +120,27 @@ def machine():
     }
 
 
-def format_table(rows):
-    """Returns `rows` as a fixed-width text table, one line per contender."""
-    lines = [
-        f"{'model':5} {'mode':5} {'optimizer':9} {'mask':7} {'ms/step':>8}"
-        f" {'ratio':>6} {'spread':>13} {'cpu ratio':>9} {'mask state':>10}"
-        f" {'snapshot':>8}"
-    ]
-    for row in rows:
-        state = row["mask_state_bytes"] / row["param_bytes"]
-        snapshot = row["snapshot_bytes"] / row["param_bytes"]
-        lines.append(
-            f"{row['model']:5} {row['mode']:5} {row['optimizer']:9} {row['mask']:7}"
-            f" {row['step_ms']:8.2f} {row['ratio_median']:6.3f}"
-            f" [{row['ratio_min']:.3f},{row['ratio_max']:.3f}]"
-            f" {row['cpu_ratio_median']:9.3f}"
-            f" {state:10.2%} {snapshot:8.2%}"
-        )
-    return "\n".join(lines)
-
-
-def run(config, workdir):
-    """Measures every configuration and writes `step_time.{json,csv}` to `workdir`.
-
-    Contenders of one (model, mode) are built and warmed up once, then timed
-    round-robin for `config.repeats` rounds of `config.steps` steps each. A
-    contender's ratio is taken per round against the stock model with the same
-    optimizer, so a slow patch of the machine hits both; the rows report the
-    median ratio and its range over rounds, and the median ratio of the
-    process's CPU time, which other processes on a shared machine sway less.
-
-    Args:
-      config: a `Config`.
-      workdir: a directory; created if missing.
-
-    Returns:
-      The rows of the table, as dicts with the keys in `COLUMNS`.
-    """
+def write_config(workdir, config):
+    """Makes `workdir` and writes the dataclass `config` there as `config.json`."""
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump(dataclasses.asdict(config), f, indent=2)
-    rows = []
-    for model_name in config.models:
-        for mode in config.modes:
-            rows.extend(_measure(config, model_name, mode))
-    with open(os.path.join(workdir, "step_time.json"), "w") as f:
-        json.dump({"machine": machine(), "rows": rows}, f, indent=2)
-    with open(os.path.join(workdir, "step_time.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+    write_json(workdir, "config.json", dataclasses.asdict(config))
+
+
+def write_json(workdir, name, value):
+    """Writes `value` as indented JSON to the file `name` under `workdir`."""
+    with open(os.path.join(workdir, name), "w") as f:
+        json.dump(value, f, indent=2)
+
+
+def write_text(workdir, name, text):
+    """Writes `text` (a table) to the file `name` under `workdir`."""
+    with open(os.path.join(workdir, name), "w") as f:
+        f.write(text)
+
+
+def write_csv(workdir, name, rows, columns):
+    """Writes the dicts `rows` as CSV with the header `columns`."""
+    with open(os.path.join(workdir, name), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
-    return rows

@@ -5,8 +5,7 @@ import json
 import os
 
 import pytest
-
-from benchmarks import harness
+from benchmarks.step_time import lib as harness
 
 # Graph mode only: jit compiles each of the 12 contenders again and doubles
 # the test's time; the mode is one compile() argument in the harness.
@@ -84,7 +83,7 @@ def test_format_table_has_a_line_per_row(tmp_path):
 
 
 def test_seed_scenarios_run_tiny_and_agree_with_the_seeds():
-    from benchmarks import seed_runs as seed_scenarios
+    from benchmarks.seed_scenarios import runs as seed_scenarios
 
     seed_seconds, seed_scale = seed_scenarios.seed_learnable_scale(samples=4000)
     ours_seconds, ours_scale = seed_scenarios.ours_learnable_scale(1, samples=4000)
@@ -98,7 +97,7 @@ def test_seed_scenarios_run_tiny_and_agree_with_the_seeds():
 
 @pytest.mark.slow
 def test_freezing_benchmark_runs_tiny_and_writes_its_tables(tmp_path):
-    from benchmarks import freezing_lib
+    from benchmarks.freezing import lib as freezing_lib
 
     config = freezing_lib.Config(
         depth=2,
@@ -129,7 +128,7 @@ def test_freezing_benchmark_runs_tiny_and_writes_its_tables(tmp_path):
 
 
 def test_unit_pruning_step_benchmark_runs_tiny(tmp_path):
-    from benchmarks import unit_pruning_step_lib as lib
+    from benchmarks.unit_pruning_step import lib
 
     config = lib.Config(
         widths=(4, 8, 8, 3), batch=4, steps=2, warmup_steps=1, repeats=1, frequency=1

@@ -16,13 +16,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from experiments import continual_learning_gradmask as gradmask
-from experiments import continual_learning_methods as methods
-from experiments import continual_learning_net as net
-from experiments import continual_learning_packnet as packnet
-from experiments import continual_learning_report as report
-from experiments import continual_learning_tasks as tasks_lib
-from experiments.continual_learning_lib import (
+from experiments.continual_learning import gradmask, methods, net, packnet, report
+from experiments.continual_learning import tasks as tasks_lib
+from experiments.continual_learning.lib import (
     METHODS,
     Config,
     learn_sequence,
@@ -478,7 +474,7 @@ def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
             f"--workdir={good}",
         ]
     )
-    outcomes = cli.outcomes("experiments.continual_learning", argvs)
+    outcomes = cli.outcomes("experiments.continual_learning.__main__", argvs)
     for index, (outcome, message) in enumerate(zip(outcomes, _BAD_FLAGS.values())):
         assert outcome["code"] == 1 and message in outcome["output"]
         assert not (tmp_path / str(index)).exists()

@@ -6,8 +6,7 @@ import os
 
 import keras
 import pytest
-
-from benchmarks import layerwise_rates_lib as lib
+from benchmarks.layerwise_rates import lib
 
 # Graph mode only: jit compiles each contender again; the mode is one
 # compile() argument.

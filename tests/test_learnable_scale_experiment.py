@@ -15,8 +15,9 @@ import tensorflow as tf
 from absl import app, flags
 from absl.testing import flagsaver
 
-from experiments import common, learnable_scale
-from experiments.learnable_scale_lib import Config, run
+from experiments import common
+from experiments.learnable_scale import __main__ as learnable_scale
+from experiments.learnable_scale.lib import Config, run
 
 # 8 steps an epoch, run 3 at a time: the last call of each epoch is short.
 TINY = Config(
@@ -137,7 +138,7 @@ def test_cli_rejects_bad_flags_before_writing(tmp_path):
         ["learnable_scale", flag, f"--workdir={tmp_path / str(i)}"]
         for i, (flag, _) in enumerate(_BAD_FLAGS)
     ]
-    outcomes = cli.outcomes("experiments.learnable_scale", argvs)
+    outcomes = cli.outcomes("experiments.learnable_scale.__main__", argvs)
     for i, ((flag, message), outcome) in enumerate(zip(_BAD_FLAGS, outcomes)):
         assert outcome["code"] != 0, flag
         assert message in outcome["output"], (flag, outcome["output"][-2000:])

@@ -19,8 +19,8 @@ import pytest
 import tensorflow as tf
 
 import maskfit
-from experiments import lottery_ticket_report
-from experiments.lottery_ticket_lib import ARMS, Config, run
+from experiments.lottery_ticket import report as lottery_ticket_report
+from experiments.lottery_ticket.lib import ARMS, Config, run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,7 +8,7 @@ import cli
 import keras
 import pytest
 
-from experiments.masked_outputs_lib import Config, run
+from experiments.masked_outputs.lib import Config, run
 
 # How closely two computations of the same prediction agree (the one recorded
 # inside the compiled loop, and `model(x)` afterwards): different kernels, so
@@ -138,7 +138,7 @@ def bad_flag_runs(tmp_path_factory):
         ["masked_outputs", *flag.split(), f"--workdir={base / str(i)}"]
         for i, (flag, _) in enumerate(_BAD_FLAGS)
     ]
-    return base, cli.outcomes("experiments.masked_outputs", argvs)
+    return base, cli.outcomes("experiments.masked_outputs.__main__", argvs)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("sklearn")
 pytest.importorskip("tensorflow_model_optimization")
 
-from benchmarks import pruning_lib  # noqa: E402
+from benchmarks.pruning_vs_tfmot import lib as pruning_lib  # noqa: E402
 
 # 128 examples in batches of 32: 4 steps per epoch, 2 epochs.
 _TINY = pruning_lib.Config(

@@ -2,8 +2,7 @@
 those of test_exact_resume.py)."""
 
 import pytest
-
-from benchmarks import resume_exactness_lib as lib
+from benchmarks.resume_exactness import lib
 
 TINY = dict(
     kills=3,

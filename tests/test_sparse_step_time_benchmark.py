@@ -5,8 +5,7 @@ import json
 import os
 
 import pytest
-
-from benchmarks import sparse_step_time_lib as lib
+from benchmarks.sparse_step_time import lib
 
 # Graph mode only: jit compiles every contender again for no new check.
 _TINY = lib.Config(

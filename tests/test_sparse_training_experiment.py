@@ -19,9 +19,8 @@ import pytest
 import tensorflow as tf
 
 import maskfit
-from experiments import sparse_training_report as report
-from experiments import sparse_training_train as train
-from experiments.sparse_training_lib import Config, run
+from experiments.sparse_training import report, train
+from experiments.sparse_training.lib import Config, run
 from maskfit import model as model_lib
 from maskfit import pruning, sparse
 

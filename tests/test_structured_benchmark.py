@@ -12,11 +12,13 @@ import json
 
 import numpy as np
 import pytest
+from benchmarks.shrunk_latency import lib as shrunk_latency_lib
+from benchmarks.structured_vs_torch_pruning import lib as structured_lib
 
-from benchmarks import shrunk_latency_lib, structured_lib
-from experiments import model_cost, structured_train
-from experiments import structured_models as sm
-from experiments import structured_widths as widths
+from experiments.common import model_cost
+from experiments.common.structured import models as sm
+from experiments.common.structured import train as structured_train
+from experiments.common.structured import widths
 
 _HAS_TORCH = (
     importlib.util.find_spec("torch") is not None
@@ -157,8 +159,7 @@ _ARCHITECTURES = [
 def test_keras_counts_what_torch_pruning_counts(arch):
     import torch
     import torch_pruning as tp
-
-    from benchmarks import torch_models
+    from benchmarks.structured_vs_torch_pruning import torch_models
 
     macs, params = tp.utils.count_ops_and_params(
         torch_models.torch_model(arch), torch.zeros(1, arch.features)
@@ -177,8 +178,7 @@ def test_keras_counts_what_torch_pruning_counts(arch):
 )
 def test_both_frameworks_compute_the_same_network_from_the_same_weights(arch):
     import torch
-
-    from benchmarks import torch_models
+    from benchmarks.structured_vs_torch_pruning import torch_models
 
     x = np.random.default_rng(0).standard_normal((5, arch.features)).astype(np.float32)
     keras_out = sm.keras_model(arch, seed=7)(x, training=False).numpy()
@@ -191,7 +191,7 @@ def test_both_frameworks_compute_the_same_network_from_the_same_weights(arch):
 @requires_torch
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_both_frameworks_take_the_same_training_steps(optimizer):
-    from benchmarks import torch_models, torch_train
+    from benchmarks.structured_vs_torch_pruning import torch_models, torch_train
 
     arch = sm.MLP(16, hidden=(12,))
     rng = np.random.default_rng(0)

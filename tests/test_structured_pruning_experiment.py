@@ -13,15 +13,12 @@ import numpy as np
 import pytest
 
 import maskfit
-from experiments import (
-    model_cost,
-    structured_schedule,
-    structured_train,
-    structured_widths,
-)
-from experiments import structured_models as sm
-from experiments import structured_pruning_lib as lib
-from experiments import structured_pruning_report as report
+from experiments.common import model_cost
+from experiments.common.structured import models as sm
+from experiments.common.structured import schedule as structured_schedule
+from experiments.common.structured import train as structured_train
+from experiments.common.structured import widths as structured_widths
+from experiments.structured_pruning import lib, report
 
 _TINY = lib.Config(
     datasets=("digits",),
@@ -123,7 +120,7 @@ def test_the_cheap_docstring_examples_hold():
 
 @pytest.mark.slow
 def test_the_training_docstring_examples_hold():
-    from experiments import structured_maskfit
+    from experiments.common.structured import maskfit_arm as structured_maskfit
 
     for module in (structured_maskfit, lib):
         results = doctest.testmod(module)

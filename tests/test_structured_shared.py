@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from experiments import latency, model_cost, structured_train
-from experiments import structured_models as sm
-from experiments import structured_widths as widths
+from experiments.common import latency, model_cost
+from experiments.common.structured import models as sm
+from experiments.common.structured import train as structured_train
+from experiments.common.structured import widths
 
 # --- structured_models ---------------------------------------------------
 

@@ -16,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app  # noqa: E402
 
-from experiments import lottery_ticket  # noqa: E402
+from experiments.lottery_ticket import __main__ as lottery_ticket  # noqa: E402
 
 
 def main():

@@ -16,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app  # noqa: E402
 
-from experiments import sparse_training  # noqa: E402
+from experiments.sparse_training import __main__ as sparse_training  # noqa: E402
 
 
 def main():
