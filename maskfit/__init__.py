@@ -17,7 +17,12 @@ from maskfit.backup import ExactBackupAndRestore
 from maskfit.gradients import custom_gradient, reduce_to_shape
 from maskfit.model import MaskedModel, MaskedSequential
 from maskfit.spec.declare import get_mask, set_mask
-from maskfit.spec.layerwise import LayerwiseBlock, layerwise_decay
+from maskfit.spec.layerwise import (
+    LayerwiseBlock,
+    LayerwisePlan,
+    layerwise_decay,
+    layerwise_depths,
+)
 from maskfit.spec.masks import ElementMask, OutputMask
 from maskfit.spec.schedule import PiecewiseMask
 from maskfit.summary import Summary, SummaryRow, summary
@@ -34,6 +39,8 @@ __all__ = [
     "layers",
     "LayerwiseBlock",
     "layerwise_decay",
+    "layerwise_depths",
+    "LayerwisePlan",
     "MaskedModel",
     "MaskedSequential",
     "OutputMask",

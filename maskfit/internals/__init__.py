@@ -2,7 +2,7 @@
 
 Keras 3 has no public API for a few things a drop-in `keras.Model` needs. Each
 accessor names the private member it reads, what it is for, what public API is
-missing, and the versions it was checked on, in one of three modules:
+missing, and the versions it was checked on, in one of four modules:
 
 - `models`: Keras models and layers (the functional class, the loss wrapper,
   the layer walk, `fit`'s start epoch) and TensorFlow's tracing (XLA context,
@@ -10,14 +10,15 @@ missing, and the versions it was checked on, in one of three modules:
 - `optimizers`: what an optimizer was built for, its slots, EMA averages,
   rebuilding it in place, the hooks of learning-rate multipliers;
 - `data`: `fit`'s input and epoch bookkeeping, and tf.data pipelines (the
-  exact backup).
+  exact backup);
+- `call_graph`: the calls of a functional model's graph (layer-wise depth).
 
 `PRIVATE_MEMBERS` lists them all; `tests/test_internals.py` fails with the
 member's name when a Keras or TensorFlow release removes one. No other maskfit
 module names a private member.
 """
 
-from maskfit.internals import data, models, optimizers
+from maskfit.internals import call_graph, data, models, optimizers
 from maskfit.internals.models import (
     attention_output_dense,
     call_has_training_arg,
@@ -50,6 +51,7 @@ __all__ = [
     "PRIVATE_MEMBERS",
     "OptimizerStructure",
     "attention_output_dense",
+    "call_graph",
     "call_has_training_arg",
     "compute_loss",
     "conv_lstm_cell_class",
@@ -77,7 +79,7 @@ __all__ = [
     "weight_decay_owner",
 ]
 
-_MODULES = (models, optimizers, data)
+_MODULES = (models, optimizers, data, call_graph)
 PRIVATE_MEMBERS = tuple(m for module in _MODULES for m in module.PRIVATE_MEMBERS)
 
 
