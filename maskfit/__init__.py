@@ -24,6 +24,13 @@ from maskfit.spec.layerwise import (
     layerwise_depths,
 )
 from maskfit.spec.masks import ElementMask, OutputMask
+from maskfit.spec.recipes import (
+    bitfit,
+    probe_then_finetune,
+    sparse_finetune,
+    train_embedding_rows,
+    train_only,
+)
 from maskfit.spec.schedule import PiecewiseMask
 from maskfit.summary import Summary, SummaryRow, summary
 from maskfit.units.declaration import SHARED, OutputUnits, units_along
@@ -31,6 +38,7 @@ from maskfit.units.lookup import register_output_units
 
 __all__ = [
     "apply_gradients",
+    "bitfit",
     "custom_gradient",
     "distribute",
     "ElementMask",
@@ -46,15 +54,19 @@ __all__ = [
     "OutputMask",
     "OutputUnits",
     "PiecewiseMask",
+    "probe_then_finetune",
     "pruning",
     "reduce_to_shape",
     "register_output_units",
     "set_mask",
     "SHARED",
     "sparse",
+    "sparse_finetune",
     "summary",
     "Summary",
     "SummaryRow",
+    "train_embedding_rows",
+    "train_only",
     "units_along",
 ]
 
