@@ -193,7 +193,8 @@ def sparse_finetune(model, x, y=None, *, k, steps, batch_size=None):
     Raises:
       ValueError: for `k` or `steps` out of range, or a model not compiled.
     """
-    total = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+    owners = _owners(model)
+    total = sum(int(np.prod(v.shape)) for _, vs in owners for v in vs)
     count = _check_k(k, total)
     if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
         raise ValueError(
@@ -205,7 +206,6 @@ def sparse_finetune(model, x, y=None, *, k, steps, batch_size=None):
             f"sparse_finetune expects a compiled model; '{model.name}' has no"
             " optimizer. Call model.compile(...) first."
         )
-    owners = _owners(model)
     for layer, _ in owners:  # the short pass trains every entry
         set_mask(layer, None)
     saved = model.get_weights()
