@@ -70,6 +70,7 @@ def test_a_bad_config_is_one_clear_error(changes, message):
     assert message in str(error.value)
 
 
+@pytest.mark.slow  # a TensorFlow import in a subprocess: ~11 s of CPU
 def test_cli_rejects_bad_flags_before_writing(tmp_path):
     cases = [
         ("--epochs=0", "`epochs`, expected a positive integer"),
