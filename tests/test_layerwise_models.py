@@ -96,8 +96,13 @@ def vit():
     )
     model = maskfit.MaskedModel(model.input, model.output)
     images = np.random.default_rng(0).normal(size=(4, 8, 8, 3)).astype("float32")
-    blocks = [layer.name for layer in internals.sublayers(backbone)]
-    blocks = sorted(x for x in blocks if x.startswith("transformer_block"))
+    # The encoder's blocks (named "transformer_block_i", "tranformer_block_i" in
+    # keras_hub 0.25), in the order it made them.
+    encoder = backbone.get_layer("vit_encoder")
+    blocks = [
+        x.name for x in internals.sublayers(encoder, False) if x.trainable_weights
+    ]
+    blocks = [n for n in blocks if "block" in n]
     assert len(blocks) == 3
     return model, images, ["vit_patching_and_embedding", *blocks, "predictions"]
 
