@@ -18,8 +18,20 @@ from maskfit.gradients import custom_gradient, reduce_to_shape
 from maskfit.kinds import builtin as _builtin_kinds
 from maskfit.model import MaskedModel, MaskedSequential
 from maskfit.spec.declare import get_mask, set_mask
-from maskfit.spec.layerwise import LayerwiseBlock, layerwise_decay
+from maskfit.spec.layerwise import (
+    LayerwiseBlock,
+    LayerwisePlan,
+    layerwise_decay,
+    layerwise_depths,
+)
 from maskfit.spec.masks import ElementMask, OutputMask
+from maskfit.spec.recipes import (
+    bitfit,
+    probe_then_finetune,
+    sparse_finetune,
+    train_embedding_rows,
+    train_only,
+)
 from maskfit.spec.schedule import PiecewiseMask
 from maskfit.summary import Summary, SummaryRow, summary
 from maskfit.units.declaration import SHARED, OutputUnits, units_along
@@ -31,6 +43,7 @@ _builtin_kinds.install()
 
 __all__ = [
     "apply_gradients",
+    "bitfit",
     "custom_gradient",
     "distribute",
     "ElementMask",
@@ -39,21 +52,27 @@ __all__ = [
     "layers",
     "LayerwiseBlock",
     "layerwise_decay",
+    "layerwise_depths",
+    "LayerwisePlan",
     "MaskedModel",
     "MaskedSequential",
     "OutputMask",
     "OutputUnits",
     "PiecewiseMask",
+    "probe_then_finetune",
     "pruning",
     "reduce_to_shape",
     "register_output_units",
     "set_mask",
     "SHARED",
     "sparse",
+    "sparse_finetune",
     "structured",
     "summary",
     "Summary",
     "SummaryRow",
+    "train_embedding_rows",
+    "train_only",
     "units_along",
 ]
 

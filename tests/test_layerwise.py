@@ -49,7 +49,7 @@ def test_sequential_blocks_count_from_the_output_and_skip_layers_without_weights
     assert maskfit.get_mask(model.layers[3]) is None  # the Dropout
 
 
-def test_a_functional_chain_with_a_nested_model_is_one_block_per_layer():
+def test_a_nested_model_counts_its_own_layers_and_given_blocks_keep_it_whole():
     inputs = keras.Input((4,))
     inner = mlp(widths=(8,), name="inner")
     hidden = inner(keras.layers.Dense(4, name="a")(inputs))
@@ -58,8 +58,23 @@ def test_a_functional_chain_with_a_nested_model_is_one_block_per_layer():
 
     blocks = layerwise_decay(model, 0.8)
 
+    assert [b.layers for b in blocks] == [
+        ("head",),
+        ("inner_head",),
+        ("inner_0",),
+        ("a",),
+    ]
+    assert multipliers(inner.get_layer("inner_0"))["kernel"] == np.float32(0.64)
+
+    # Given as a block, the nested model is one: its variables are declared on
+    # it, each by its path.
+    for layer in (inner.get_layer("inner_0"), inner.get_layer("inner_head")):
+        maskfit.set_mask(layer, None)
+    blocks = layerwise_decay(
+        [model.get_layer("a"), inner, model.get_layer("head")], 0.8
+    )
+
     assert [b.layers for b in blocks] == [("head",), ("inner",), ("a",)]
-    # The nested model's variables are declared on it, each by its path.
     assert set(maskfit.get_mask(inner).masks) == {
         v.path for v in inner.trainable_weights
     }
@@ -79,10 +94,17 @@ def residual_model():
     return keras.Model(inputs, head(hidden)), (stem, body, head)
 
 
-def test_a_branching_graph_needs_its_blocks_and_takes_them_input_side_first():
+def test_a_skip_connection_makes_one_block_of_its_branch_and_blocks_can_be_given():
     model, (stem, body, head) = residual_model()
-    with pytest.raises(ValueError, match="cannot tell the depth of layer 'add'.*Pass"):
-        layerwise_decay(model, 0.5)
+
+    blocks = layerwise_decay(model, 0.5)
+
+    assert [(b.depth, b.layers) for b in blocks] == [
+        (0, ("head",)),
+        (1, ("body",)),
+        (2, ("stem",)),
+    ]
+    assert multipliers(stem) == {"kernel": 0.25, "bias": 0.25}
 
     blocks = layerwise_decay([[stem, body], head], 0.5)
 
@@ -156,9 +178,10 @@ def test_a_nested_layer_with_its_own_mask_keeps_it_times_the_block_factor():
     inner = mlp(widths=(8,), name="inner")
     maskfit.set_mask(inner.get_layer("inner_0"), maskfit.ElementMask({"kernel": 0.5}))
     inputs = keras.Input((4,))
-    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(inner(inputs)))
+    head = keras.layers.Dense(2, name="head")
+    keras.Model(inputs, head(inner(inputs)))
 
-    layerwise_decay(model, 0.5)
+    layerwise_decay([inner, head], 0.5)
 
     assert multipliers(inner.get_layer("inner_0")) == {"kernel": 0.25, "bias": 0.5}
     # The container covers the rest of its variables, not those.

@@ -12,7 +12,7 @@ missing, and the versions it was checked on, in one of four modules:
 - `data`: `fit`'s input and epoch bookkeeping, and tf.data pipelines (the
   exact backup);
 - `graphs`: a functional or Sequential model's layer calls and their
-  arguments (structured pruning's graph).
+  arguments (structured pruning's graph, layer-wise depth).
 
 `PRIVATE_MEMBERS` lists them all; `tests/test_internals.py` fails with the
 member's name when a Keras or TensorFlow release removes one. No other maskfit

@@ -67,6 +67,26 @@ def nodes_by_depth(model):
     return functional._nodes_by_depth
 
 
+def calls(model):
+    """Returns `(inputs, calls, outputs)` of a functional model or a built Sequential.
+
+    `inputs` and `outputs` are the model's KerasTensors, flattened; `calls` is a
+    list of `(operation, input_tensors, output_tensors)`, one per call of a
+    layer or op (model inputs left out), each after the calls it reads
+    (layer-wise depth walks them in this order).
+    """
+    by_depth = nodes_by_depth(model)
+    found = []
+    for depth in sorted(by_depth, reverse=True):
+        for node in by_depth[depth]:
+            if node.operation is None or node.is_input:
+                continue
+            if isinstance(node.operation, keras.layers.InputLayer):
+                continue
+            found.append((node.operation, list(node.input_tensors), list(node.outputs)))
+    return keras.tree.flatten(model.inputs), found, keras.tree.flatten(model.outputs)
+
+
 def node_arguments(node):
     """`(args, kwargs)` a graph node's layer was called with (KerasTensors in them)."""
     arguments = node.arguments

@@ -8,11 +8,12 @@ import keras
 import numpy as np
 
 from maskfit import internals
+from maskfit.spec import depth as depth_lib
 from maskfit.spec.declare import get_mask, set_mask
 from maskfit.spec.masks import ElementMask, OutputMask
 from maskfit.spec.schedule import PiecewiseMask
 
-__all__ = ["LayerwiseBlock", "layerwise_decay"]
+__all__ = ["LayerwiseBlock", "LayerwisePlan", "layerwise_decay", "layerwise_depths"]
 
 # On a layer: (the spec layerwise_decay declared, the spec it multiplied), so
 # that calling it again replaces its own factor instead of compounding it.
@@ -27,12 +28,95 @@ class LayerwiseBlock(typing.NamedTuple):
       multiplier: `decay ** depth`.
       start: the optimizer step from which it learns (0 without unfreezing).
       layers: the names of its layers.
+      params: how many trainable entries its layers hold.
+
+    Example:
+
+    >>> import keras, maskfit
+    >>> model = keras.Sequential([keras.Input((3,)),
+    ...     keras.layers.Dense(4, name="a"), keras.layers.Dense(2, name="b")])
+    >>> block = maskfit.layerwise_depths(model, 0.5)[1]
+    >>> block.depth, block.multiplier, block.layers, block.params
+    (1, 0.5, ('a',), 16)
     """
 
     depth: int
     multiplier: float
     start: int
     layers: tuple
+    params: int = 0
+
+
+class LayerwisePlan(tuple):
+    """The `LayerwiseBlock`s of a model, the output's first; prints as a table.
+
+    A tuple, so `plan[0]` is the head's block; `str(plan)` (or `print(plan)`)
+    lists each block's depth, multiplier, first step, entries and layers, for a
+    check before training.
+
+    Example:
+
+    >>> import keras, maskfit
+    >>> model = keras.Sequential([keras.Input((3,)),
+    ...     keras.layers.Dense(4, name="a"), keras.layers.Dense(2, name="b")])
+    >>> plan = maskfit.layerwise_depths(model, 0.5)
+    >>> [(block.depth, block.layers) for block in plan]
+    [(0, ('b',)), (1, ('a',))]
+    """
+
+    def __str__(self):
+        rows = [("depth", "multiplier", "from step", "params", "layers")]
+        rows += [
+            (
+                str(b.depth),
+                f"{b.multiplier:.4g}",
+                str(b.start),
+                f"{b.params:,}",
+                ", ".join(b.layers),
+            )
+            for b in self
+        ]
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        return "\n".join(
+            "  ".join(cell.rjust(w) for cell, w in zip(row[:4], widths)) + "  " + row[4]
+            for row in rows
+        )
+
+    def __repr__(self):
+        return f"LayerwisePlan({list(self)!r})"
+
+
+def layerwise_depths(model, decay=1.0, unfreeze_every=None):
+    """Returns what `layerwise_decay(model, decay, unfreeze_every)` would declare.
+
+    Nothing is declared: print the result to check the depth given to each
+    layer before training (see `layerwise_decay` for how it is found).
+
+    Args:
+      model: as for `layerwise_decay`.
+      decay: as for `layerwise_decay`; 1.0 (the default) to see depths only.
+      unfreeze_every: as for `layerwise_decay`.
+
+    Returns:
+      A `LayerwisePlan`: the `LayerwiseBlock`s, the output's first.
+
+    Raises:
+      ValueError, TypeError: as `layerwise_decay`.
+
+    Example:
+
+    >>> import keras, maskfit
+    >>> inputs = keras.Input((4,))
+    >>> stem = keras.layers.Dense(6, name="stem")(inputs)
+    >>> skip = keras.layers.Add()([stem, keras.layers.Dense(6, name="body")(stem)])
+    >>> model = keras.Model(inputs, keras.layers.Dense(2, name="head")(skip))
+    >>> print(maskfit.layerwise_depths(model, 0.5))
+    depth  multiplier  from step  params  layers
+        0           1          0      14  head
+        1         0.5          0      42  body
+        2        0.25          0      30  stem
+    """
+    return _plan_blocks(model, decay, unfreeze_every)[0]
 
 
 def layerwise_decay(model, decay, unfreeze_every=None):
@@ -57,21 +141,29 @@ def layerwise_decay(model, decay, unfreeze_every=None):
     cannot carry a per-variable factor (its shared entries stay at 1), so a
     layer carrying one is refused.
 
+    Depth is found in any built Sequential or functional model, nested
+    models and keras_hub backbones included (`maskfit.spec.depth`): the graph
+    is cut where every path from the inputs to the outputs passes through one
+    call, and the layers between two cuts are one block (a residual block,
+    a transformer layer, the embeddings summed before the first layer);
+    a nested model counts its own blocks; a block of vectors only (a
+    normalization) joins the one before it. `layerwise_depths` shows the
+    result without declaring anything.
+
     Args:
-      model: a built `keras.Sequential` or functional model whose layers
-        form one chain (each feeds the next; the layers with trainable
-        variables are the blocks), or a list of blocks, input side first,
-        each a layer or a list of layers (the last block is at depth 0).
+      model: a built `keras.Sequential` or functional model, or a list of
+        blocks, input side first, each a layer or a list of layers (the last
+        block is at depth 0), for a subclassed model or another grouping.
       decay: the factor per block, in (0, 1].
       unfreeze_every: optimizer steps between two blocks' unfreezing, a
         positive integer; None (the default) trains every block from step 0.
 
     Returns:
-      The `LayerwiseBlock`s, the output's first.
+      A `LayerwisePlan`: the `LayerwiseBlock`s, the output's first.
 
     Raises:
       ValueError: for a decay or `unfreeze_every` out of range, a model
-        whose depth cannot be told (not one chain: pass its blocks), an
+        whose depth cannot be told (subclassed: pass its blocks), an
         unbuilt layer, a layer in two blocks, or a layer with an
         `OutputMask`.
       TypeError: for a model or block that is not a Keras model or layer.
@@ -87,6 +179,16 @@ def layerwise_decay(model, decay, unfreeze_every=None):
     >>> maskfit.get_mask(model.get_layer("body"))
     ElementMask(shapes={'net/body/kernel': (), 'net/body/bias': ()})
     """
+    plan, planned = _plan_blocks(model, decay, unfreeze_every)
+    # Nothing is declared until every block is planned: a refusal changes nothing.
+    for layer, spec, base in planned:
+        set_mask(layer, spec)
+        object.__setattr__(layer, _DECLARED_ATTR, (spec, base))
+    return plan
+
+
+def _plan_blocks(model, decay, unfreeze_every):
+    """`(LayerwisePlan, [(layer, spec, base)])` for `model` or a list of blocks."""
     decay = _check_decay(decay)
     unfreeze_every = _check_unfreeze_every(unfreeze_every)
     blocks = _model_blocks(model) if isinstance(model, keras.Model) else _blocks(model)
@@ -96,14 +198,10 @@ def layerwise_decay(model, decay, unfreeze_every=None):
         start = depth * unfreeze_every if unfreeze_every else 0
         for layer in block:
             planned += _plan(layer, multiplier, start)
-        declared.append(
-            LayerwiseBlock(depth, multiplier, start, tuple(x.name for x in block))
-        )
-    # Nothing is declared until every block is planned: a refusal changes nothing.
-    for layer, spec, base in planned:
-        set_mask(layer, spec)
-        object.__setattr__(layer, _DECLARED_ATTR, (spec, base))
-    return tuple(declared)
+        params = sum(int(np.prod(v.shape)) for x in block for v in x.trainable_weights)
+        names = tuple(x.name for x in block)
+        declared.append(LayerwiseBlock(depth, multiplier, start, names, params))
+    return LayerwisePlan(declared), planned
 
 
 def _check_decay(decay):
@@ -170,51 +268,16 @@ def _blocks(blocks):
 
 
 def _model_blocks(model):
-    """The layers with trainable variables of a model that is one chain, in order."""
-    if isinstance(model, keras.Sequential):
-        layers = list(model.layers)
-    elif isinstance(model, internals.functional_class()):
-        layers = _chain(model)
-    else:
+    """The blocks of a built model, input side first (see `maskfit.spec.depth`)."""
+    if not model.built:
         raise ValueError(
-            f"layerwise_decay cannot tell the depth of the layers of model"
-            f" '{model.name}' ({type(model).__name__}): only a Sequential or"
-            " functional model says how its layers follow each other. Pass its"
-            " blocks instead: layerwise_decay([block_1, ..., head], decay)."
+            f"Model '{model.name}' is not built yet, so its variables are"
+            " unknown. Build the model first (call it on a batch, or start"
+            " it with keras.Input), then call layerwise_decay."
         )
-    _blocks(layers)  # each built, each once
-    blocks = [[layer] for layer in layers if layer.trainable_weights]
-    if not blocks:
-        raise ValueError(f"Model '{model.name}' has no trainable variables.")
+    blocks = depth_lib.model_blocks(model)
+    _blocks(blocks)  # each built, each once
     return blocks
-
-
-def _chain(model):
-    """The layers of a functional `model`, if each feeds the next; else raises."""
-    layers = [x for x in model.layers if not isinstance(x, keras.layers.InputLayer)]
-    inputs, outputs = list(model.inputs), list(model.outputs)
-    current = inputs[0] if len(inputs) == 1 else None
-    for layer in layers:
-        # A layer's own first call (a nested model's `input` is its own Input).
-        given = keras.Operation.input.fget(layer)
-        if current is None or given is not current:
-            raise ValueError(
-                f"layerwise_decay cannot tell the depth of layer '{layer.name}' in"
-                f" model '{model.name}': its layers are not one chain (a layer with"
-                " several inputs, a branch, a skip connection or a shared layer)."
-                " Pass the model's blocks instead, input side first:"
-                " layerwise_decay([block_1, ..., head], decay), each block a layer"
-                " or a list of layers."
-            )
-        current = keras.Operation.output.fget(layer)
-        current = current if not isinstance(current, (list, tuple)) else None
-    if len(outputs) != 1 or current is not outputs[0]:
-        raise ValueError(
-            f"layerwise_decay cannot tell the depth of the layers of model"
-            f" '{model.name}': its output is not the end of one chain of layers."
-            " Pass its blocks instead: layerwise_decay([block_1, ..., head], decay)."
-        )
-    return layers
 
 
 def _plan(layer, multiplier, start):
