@@ -138,7 +138,7 @@ class GradientMasker:
             self._masks.sync(
                 declared,
                 ruled,
-                self._keeps.keeps,
+                self._keeps.by_index,
                 self._variables,
                 step,
                 self._skip_frozen,
@@ -188,7 +188,7 @@ class GradientMasker:
 
     def keep_masks(self):
         """Returns `{variable position: keep mask}` (bool `tf.Variable`s) of the rules."""
-        return dict(self._keeps.keeps)
+        return dict(self._keeps.by_index)
 
     def load_keeps(self, values):
         """Assigns keep masks `{position: bool array}`; returns those it has no rule for."""
@@ -197,7 +197,7 @@ class GradientMasker:
     def state_bytes(self):
         """Bytes of mask state kept: masks, schedules, unit layouts, keep masks."""
         keeps = sum(
-            k.shape.num_elements() * k.dtype.size for k in self._keeps.keeps.values()
+            k.shape.num_elements() * k.dtype.size for k in self._keeps.by_index.values()
         )
         return self._masks.state_bytes() + keeps
 

@@ -22,7 +22,7 @@ class RuleKeeps:
     """The keep masks of one training step's rules, and which rules it runs.
 
     Attributes:
-      keeps: `{variable position: keep mask}`, bool `tf.Variable`s of the
+      by_index: `{variable position: keep mask}`, bool `tf.Variable`s of the
         variables' shapes, made outside the step and kept while a rule covers
         the variable.
       groups: the `RuleGroup`s the step applies.
@@ -31,7 +31,7 @@ class RuleKeeps:
     """
 
     def __init__(self):
-        self.keeps = {}
+        self.by_index = {}
         self.groups = ()
         self.in_step = frozenset()
 
@@ -51,7 +51,7 @@ class RuleKeeps:
         frozen = frozen or {}
         keeps, made = {}, set()
         for index in sorted(i for group in groups for i in group.indices):
-            keep = self.keeps.get(index)
+            keep = self.by_index.get(index)
             if keep is None:
                 variable = variables[index]
                 keep = tf.Variable(
@@ -69,10 +69,10 @@ class RuleKeeps:
         def signature(gs):
             return [(id(g.rule), g.indices) for g in gs]
 
-        retrace = set(keeps) != set(self.keeps) or signature(groups) != signature(
+        retrace = set(keeps) != set(self.by_index) or signature(groups) != signature(
             self.groups
         )
-        self.keeps, self.groups = keeps, tuple(groups)
+        self.by_index, self.groups = keeps, tuple(groups)
         return retrace
 
     def in_step_from(self, step, prepared):
@@ -151,7 +151,7 @@ class RuleKeeps:
             return set()
         return {
             i
-            for i in self.keeps
+            for i in self.by_index
             if traits.keeps_dropped_entries_at_zero(optimizer, variables[i])
         }
 
@@ -159,7 +159,7 @@ class RuleKeeps:
         """Assigns keep masks `{position: bool array}`; returns those it has none for."""
         rest = {}
         for index, value in values.items():
-            keep = self.keeps.get(index)
+            keep = self.by_index.get(index)
             if keep is None or tuple(keep.shape) != np.shape(value):
                 rest[index] = value
             else:
@@ -181,7 +181,7 @@ class RuleKeeps:
           state: `{position: [variables of its shape]}`, the optimizer state
             zeroed with the weights (`maskfit.optim.traits.zeroable_state`).
         """
-        for index, keep in self.keeps.items():
+        for index, keep in self.by_index.items():
             if index in left_out:
                 continue
             for target in (variables[index],) + tuple(state.get(index, ())):

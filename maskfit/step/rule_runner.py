@@ -103,7 +103,7 @@ class RuleRunner:
         variables = self._variables
         state = {}
         if not xla:
-            state = traits.zeroable_state(view.optimizer, variables, keeps.keeps)
+            state = traits.zeroable_state(view.optimizer, variables, keeps.by_index)
         if applied:
             fresh = {
                 i: traits.fresh_state(view.optimizer, variables[i])

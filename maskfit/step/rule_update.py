@@ -145,7 +145,7 @@ def _update_group(keeps, distribution, rule, step, entries, gradients, fresh):
     Returns:
       The ops that assign the keep masks, drop and regrow.
     """
-    olds = [tf.convert_to_tensor(keeps.keeps[e[1]]) for e in entries]
+    olds = [tf.convert_to_tensor(keeps.by_index[e[1]]) for e in entries]
     kept = _new_keeps(keeps, rule, step, entries, gradients)
     return _assign(keeps, distribution, rule, entries, olds, kept, fresh)
 
@@ -175,7 +175,7 @@ def _update_group_outside_cond(
             summed = [_summed(distribution, g) for g in gradients]
         return tuple(_new_keeps(keeps, rule, step, entries, summed))
 
-    olds = [tf.convert_to_tensor(keeps.keeps[e[1]]) for e in entries]
+    olds = [tf.convert_to_tensor(keeps.by_index[e[1]]) for e in entries]
     kept = tf.cond(rule.should_update(step), updated, lambda: tuple(olds))
     return _assign(keeps, distribution, rule, entries, olds, list(kept), fresh)
 
@@ -193,11 +193,11 @@ def _new_keeps(keeps, rule, step, entries, gradients):
             # Entries the declared mask freezes (and that are kept) stay.
             guarded = tf.logical_and(
                 tf.broadcast_to(frozen, tf.shape(value)),
-                tf.convert_to_tensor(keeps.keeps[index]),
+                tf.convert_to_tensor(keeps.by_index[index]),
             )
         weights.append(value)
         protected.append(guarded)
-    current = [tf.convert_to_tensor(keeps.keeps[e[1]]) for e in entries]
+    current = [tf.convert_to_tensor(keeps.by_index[e[1]]) for e in entries]
     kept = list(
         rule.keep_masks(
             step,
@@ -225,7 +225,7 @@ def _new_keeps(keeps, rule, step, entries, gradients):
         if guarded is not None:
             keep = tf.logical_or(keep, guarded)
         if finite is not None:
-            keep = tf.where(finite, keep, tf.convert_to_tensor(keeps.keeps[index]))
+            keep = tf.where(finite, keep, tf.convert_to_tensor(keeps.by_index[index]))
         new.append(keep)
     return new
 
@@ -249,7 +249,7 @@ def _assign(keeps, distribution, rule, entries, olds, kept, fresh):
 
     ops = []
     for (variable, index, _, state), keep, old in zip(entries, kept, olds):
-        keep_variable = keeps.keeps[index]
+        keep_variable = keeps.by_index[index]
         grown = None
         if rule.regrows:
             grown = tf.logical_and(keep, tf.logical_not(old))

@@ -68,10 +68,10 @@ def test_update_makes_keep_masks_and_says_when_to_retrace():
     rule = KeepPositive()
     state, groups = _state(layer, rule)
     assert state.update(groups, layer.trainable_weights)
-    keep = state.keeps[0]
+    keep = state.by_index[0]
     assert keep.dtype == tf.bool and bool(np.all(keep.numpy()))
     assert not state.update(groups, layer.trainable_weights)  # same rule object
-    assert state.keeps[0] is keep
+    assert state.by_index[0] is keep
     other = rules.resolve_rules([(layer, KeepPositive())], layer.trainable_weights)
     assert state.update(other, layer.trainable_weights)  # another rule object
 
@@ -105,7 +105,7 @@ def test_prepare_applies_a_due_rule_and_zeroes_the_dropped_entries_and_their_sta
         m.assign(tf.ones_like(m))
     assert runner.prepare(_view(0, optimizer, variables), settle=False)
     expected = np.array([[True, False, True], [False, True, False]])
-    np.testing.assert_array_equal(state.keeps[0].numpy(), expected)
+    np.testing.assert_array_equal(state.by_index[0].numpy(), expected)
     kernel = layer.kernel.numpy()
     assert np.all(kernel[~expected] == 0) and np.all(kernel[expected] != 0)
     for m in moments:  # Adam keeps a dropped entry at 0 once its state is 0
@@ -222,7 +222,7 @@ def test_a_rule_that_reads_gradients_regrows_an_entry_with_fresh_state():
     state, groups = _state(layer, SwapWithGradient(at=3))
     state.update(groups, variables)
     state.load({0: np.array([[True, True, True], [True, True, False]])})
-    layer.kernel.assign(layer.kernel.numpy() * state.keeps[0].numpy())
+    layer.kernel.assign(layer.kernel.numpy() * state.by_index[0].numpy())
     optimizer = keras.optimizers.Adagrad(0.1)
     optimizer.build(variables)
     accumulator = traits.state_of(optimizer, layer.kernel)[0]
@@ -236,7 +236,7 @@ def test_a_rule_that_reads_gradients_regrows_an_entry_with_fresh_state():
             only={0}, zeroed_state={}, fresh=fresh, gradients=gradients
         ),
     )
-    keep = state.keeps[0].numpy()
+    keep = state.by_index[0].numpy()
     # |w| smallest kept was 1.0 at (0, 0); the largest gradient among inactive is (1, 2).
     np.testing.assert_array_equal(keep, [[False, True, True], [True, True, True]])
     assert layer.kernel.numpy()[0, 0] == 0 and layer.kernel.numpy()[1, 2] == 0
@@ -249,7 +249,7 @@ def test_a_rule_that_reads_gradients_regrows_an_entry_with_fresh_state():
         _view(tf.constant(4, tf.int64), optimizer, variables),
         rule_update.RuleRun(only={0}, zeroed_state={}, fresh={}, gradients=gradients),
     )
-    np.testing.assert_array_equal(state.keeps[0].numpy(), keep)
+    np.testing.assert_array_equal(state.by_index[0].numpy(), keep)
 
 
 def test_a_rule_that_reads_gradients_is_always_traced_into_the_step():
