@@ -203,9 +203,8 @@ class GradientMasker:
 
     def left_out_variables(self):
         """The variables left out of the planned step (their mask is all 0)."""
-        if self._plan is None:
-            return []
-        return [self._variables[i] for i in sorted(self._plan.left_out)]
+        left_out = () if self._plan is None else sorted(self._plan.left_out)
+        return [self._variables[i] for i in left_out]
 
     def read_fresh_state(self, optimizer):
         """Reads the fresh optimizer state regrowing rules give (`RuleRunner`)."""
@@ -222,9 +221,8 @@ class GradientMasker:
     def update_mode(self, graph=False, xla=False, custom_masking=False):
         """How the step's update runs: a `pipeline.UpdateMode`.
 
-        `FUSED` in a graph-mode step without a strategy once the masked
-        variables that learn are large enough to pay (`FUSE_MIN_ENTRIES`);
-        always `PLAIN` by default (`maskfit.apply_gradients`).
+        `FUSED` in a graph-mode step without a strategy once the masked variables
+        that learn are large enough to pay (`FUSE_MIN_ENTRIES`); else `PLAIN`.
 
         Args:
           graph: whether the step is a graph Keras traces (not run eagerly).
@@ -232,21 +230,15 @@ class GradientMasker:
           custom_masking: whether the gradients may be transformed after
             masking (a subclass overrides `apply_grad_masks`).
         """
+        learning = (i for i in self._masks.by_index if i not in self._plan.left_out)
+        entries = sum(int(np.prod(self._variables[i].shape)) for i in learning)
         if graph and xla:
             compiled = pipeline.STATIC
-        elif graph and not tf.distribute.has_strategy() and self._fusing_pays():
+        elif graph and not tf.distribute.has_strategy() and entries >= FUSE_MIN_ENTRIES:
             compiled = pipeline.FUSED
         else:
             compiled = pipeline.PLAIN
         return pipeline.UpdateMode(compiled, bool(custom_masking))
-
-    def _fusing_pays(self):
-        entries = sum(
-            int(np.prod(self._variables[i].shape))
-            for i in self._masks.by_index
-            if i not in self._plan.left_out
-        )
-        return entries >= FUSE_MIN_ENTRIES
 
     def view(self, step, optimizer, mode=None):
         """The `StepView` of optimizer `step` (a tensor in the step, an int outside)."""
@@ -290,7 +282,7 @@ class GradientMasker:
           view: the step's `StepView`; that of the step being traced (its
             last `begin_step`) by default.
         """
-        view = view or self._traced_view or self.view(None, None)
+        view = view or self._view_in_trace()
         gradients = list(gradients)
         for index in view.left_out:
             gradients[index] = None
@@ -299,6 +291,15 @@ class GradientMasker:
                 grad_mask = mask.masks.gradient_mask(mask.declared)
                 gradients[index] = mask_state.mask_gradient(gradients[index], grad_mask)
         return gradients
+
+    def _view_in_trace(self):
+        """The view `begin_step` made in the graph being traced, or a new one."""
+        view, here = self._traced_view, None
+        if tf.inside_function():
+            here = tf.compat.v1.get_default_graph()
+        if view is None or getattr(view.step, "graph", None) is not here:
+            return self.view(None, None)
+        return view
 
     def apply(self, view, gradients):
         """Runs `optimizer.apply` on the planned variables; frozen entries stay exact.

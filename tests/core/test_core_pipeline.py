@@ -117,3 +117,16 @@ def test_a_step_expands_each_mask_once(monkeypatch, run_eagerly):
     # gradients masked, its frozen entries snapshotted and restored).
     assert len(calls) == 2
     np.testing.assert_array_equal(body.kernel.numpy()[:, 1], before[:, 1])
+
+
+def test_apply_grad_masks_outside_a_step_reads_the_masks_afresh():
+    inputs = keras.Input((2,))
+    body = keras.layers.Dense(3, name="body")
+    model = maskfit.MaskedModel(inputs, keras.layers.Dense(2)(body(inputs)))
+    maskfit.set_mask(body, maskfit.OutputMask([1, 0, 1]))
+    model.compile(optimizer="adam", loss="mse")  # a graph: its view is traced
+    model.train_on_batch(np.ones((4, 2)), np.ones((4, 2)))
+    variables = model._all_trainable_weights()
+    ones = [np.ones(v.shape, np.float32) for v in variables]
+    kernel = model.apply_grad_masks(ones, variables)[0].numpy()
+    np.testing.assert_array_equal(kernel, [[1, 0, 1], [1, 0, 1]])
