@@ -22,10 +22,11 @@ class MaskedTraining:
     masking stage in it: `GradientMasker.begin_step` (the step's view) before
     the forward pass, the gradients of the variables that can learn, then
     `maskfit.step.pipeline.run`, which runs the stage's parts in their one
-    order (`apply_grad_masks` among them). When the step is planned, traced and prepared is
-    the model's `StepLifecycle`'s business (`maskfit.step.lifecycle`); under
-    `jit_compile=True` with rules, the function Keras traces around it only
-    picks one of its two compiled variants (`maskfit.step.split`).
+    order (`apply_grad_masks` among them). When the step is planned, traced
+    and prepared is the model's `StepLifecycle`'s business
+    (`maskfit.step.lifecycle`); under `jit_compile=True` with rules, the
+    function Keras traces around it only picks one of its two compiled
+    variants (`maskfit.step.split`).
     """
 
     def train_step(self, data):
