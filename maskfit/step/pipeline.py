@@ -70,7 +70,7 @@ class UpdateMode(collections.namedtuple("UpdateMode", ["compiled", "custom_maski
 
 class MaskOfStep(
     collections.namedtuple(
-        "MaskOfStep", ["masks", "declared", "frozen", "masked", "guarded", "scaled"]
+        "MaskOfStep", ["masks", "declared", "masked", "guarded", "scaled"]
     )
 ):
     """One masked variable in one step.
@@ -80,10 +80,18 @@ class MaskOfStep(
       declared: the declared mask in force, expanded to (a shape that
         broadcasts to) the variable: a tensor read once in the step, or None
         (a rule's keep mask only).
-      frozen: where `declared` freezes an entry (bool), or None.
       masked, guarded, scaled: the plan's `NEVER` / `ALWAYS` / `SOMETIMES`
         for the variable (`maskfit.step.plan.StepPlan`).
     """
+
+    @property
+    def frozen(self):
+        """Where `declared` freezes an entry (bool), or None.
+
+        One elementwise op on the expanded mask, made where it is used: in a
+        fused update, inside the XLA computation, which fuses it.
+        """
+        return None if self.declared is None else mask_state.is_frozen(self.declared)
 
 
 class StepView(
@@ -129,12 +137,11 @@ def make_view(step, optimizer, mode, variables, plan, masks):
     for i, entry in masks.items():
         if i in plan.left_out:
             continue
-        declared = frozen = None
+        declared = None
         if entry.state is not None:
             declared = entry.expand(entry.state.current)
-            frozen = mask_state.is_frozen(declared)
         found[i] = MaskOfStep(
-            entry, declared, frozen, plan.masked[i], plan.guarded[i], plan.scaled[i]
+            entry, declared, plan.masked[i], plan.guarded[i], plan.scaled[i]
         )
     mode = mode or UpdateMode(PLAIN, False)
     return StepView(step, optimizer, mode, tuple(variables), plan.left_out, found)

@@ -114,7 +114,10 @@ def restore(optimizer, variables, snapshots, masks):
     averages = traits.ema_averages(optimizer, variables)
     targets = [variable_handle(v) for v in variables]
     # Read in the replicas, so through the merge call: each its own.
-    frozen = [None if mask is None else mask.frozen for mask in masks]
+    frozen = [
+        None if mask is None or taken is None else mask.frozen
+        for mask, taken in zip(masks, snapshots)
+    ]
 
     def restore_all(distribution, snapshots, frozen):
         for target, taken, mask, where, average in zip(
@@ -189,12 +192,11 @@ def apply_guarded(view, gradients, guarded):
       guarded: the `Guard`s of the update (`guards`).
     """
     variables = view.variables
-    snapshots = [
-        snapshot(variables[g.index], view.masks[g.index].frozen, g.dynamic)
-        if g.restores
-        else None
-        for g in guarded
-    ]
+    snapshots = []
+    for g in guarded:
+        frozen = view.masks[g.index].frozen if g.dynamic else None
+        taken = snapshot(variables[g.index], frozen, g.dynamic) if g.restores else None
+        snapshots.append(taken)
     with scaled_learning_rates(view.optimizer, _learning_rate_multipliers(view)):
         view.optimizer.apply(gradients, view.active(variables))
     if guarded:

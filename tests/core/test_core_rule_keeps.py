@@ -153,7 +153,6 @@ def test_a_guarded_update_restores_frozen_entries_and_their_average(dynamic):
     of_step = pipeline.MaskOfStep(
         entry,
         expanded,
-        mask_state.is_frozen(expanded),
         masked="always",
         guarded="always",
         scaled="never",
