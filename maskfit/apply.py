@@ -11,7 +11,7 @@ from maskfit import gradients, internals
 from maskfit.paths import handle as variable_handle
 from maskfit.spec import declare
 from maskfit.step import masker as masker_lib
-from maskfit.step import update
+from maskfit.step import pipeline, update
 
 __all__ = ["apply_gradients"]
 
@@ -317,11 +317,10 @@ class _Target:
 
     def apply(self, optimizer, grads):
         """Masks `grads` and applies them; left-out variables do not move."""
+        masker = self.masker
         with tf.init_scope():
-            self.masker.sync(0, prepared=False)
-        if self.masker.scheduled:
-            self.masker.begin_step(optimizer.iterations, optimizer)
-        grads = self.masker.mask_gradients(grads)
+            masker.sync(0, prepared=False)
+        view = masker.begin_step(optimizer, masker.update_mode())
         idle = [v for v, g in zip(self.variables, grads) if g is None]
         idle += self.untouched
         if not any(each.use_ema for each in internals.optimizers_within(optimizer)):
@@ -329,4 +328,4 @@ class _Target:
         with update.pinned(optimizer, idle):
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Gradients do not exist")
-                self.masker.apply(optimizer, grads)
+                pipeline.run(masker, view, grads)

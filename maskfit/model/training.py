@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from maskfit import internals, paths
 from maskfit.step import lifecycle as lifecycle_lib
+from maskfit.step import pipeline
 
 __all__ = ["MaskedTraining", "all_trainable_variables", "keep_masks", "masker_of"]
 
@@ -18,12 +19,14 @@ class MaskedTraining:
     """The training step of `MaskedModel` and `MaskedSequential`.
 
     It is Keras's own TensorFlow `train_step`, line for line, with the
-    masking stage's parts between its lines: `begin_step` before the forward
-    pass, the gradients of the variables that can learn, `apply_grad_masks`,
-    and the guarded update. When the step is planned, traced and prepared is
-    the model's `StepLifecycle`'s business (`maskfit.step.lifecycle`); under
-    `jit_compile=True` with rules, the function Keras traces around it only
-    picks one of its two compiled variants (`maskfit.step.split`).
+    masking stage in it: `GradientMasker.begin_step` (the step's view) before
+    the forward pass, the gradients of the variables that can learn, then
+    `maskfit.step.pipeline.run`, which runs the stage's parts in their one
+    order (`apply_grad_masks` among them). When the step is planned, traced
+    and prepared is the model's `StepLifecycle`'s business
+    (`maskfit.step.lifecycle`); under `jit_compile=True` with rules, the
+    function Keras traces around it only picks one of its two compiled
+    variants (`maskfit.step.split`).
     """
 
     def train_step(self, data):
@@ -33,8 +36,9 @@ class MaskedTraining:
             return lifecycle.split(data)
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         masker = lifecycle.masker_for(self._all_trainable_weights())
-        if masker is not None and masker.scheduled:
-            masker.begin_step(self.optimizer.iterations, self.optimizer)
+        view = None
+        if masker is not None:
+            view = masker.begin_step(self.optimizer, self._maskfit_update_mode(masker))
 
         # Forward pass
         with tf.GradientTape() as tape:
@@ -65,11 +69,16 @@ class MaskedTraining:
             if masker is None:
                 # Keras built the model in this trace: its variables exist now.
                 masker = lifecycle.plan_in_trace(variables)
-                if masker.scheduled:
-                    masker.begin_step(self.optimizer.iterations, self.optimizer)
-            # Fully frozen variables get no gradient and no update at all.
+                mode = self._maskfit_update_mode(masker)
+                view = masker.begin_step(self.optimizer, mode)
+            # Variables left out (mask all 0) get no gradient and no update.
             gradients = masker.spread(tape.gradient(loss, masker.active(variables)))
-            self._masked_update(masker, gradients, variables)
+            pipeline.run(
+                masker,
+                view,
+                gradients,
+                mask=lambda gradients: self.apply_grad_masks(gradients, variables),
+            )
         else:
             warnings.warn(
                 "The model does not have any trainable weights.", stacklevel=2
@@ -100,42 +109,14 @@ class MaskedTraining:
         masker = lifecycle.masker_for(variables) or lifecycle.plan_in_trace(variables)
         return masker.mask_gradients(gradients)
 
-    def _masked_update(self, masker, gradients, variables):
-        """`apply_grad_masks`, then the guarded update (compiled with XLA where that pays).
-
-        Rules that observe gradients see them first; rules that update from
-        them run after the update (`GradientMasker.after_update`).
-
-        In a graph-mode step without a distribution strategy, the masking
-        (when `apply_grad_masks` is not overridden), the update and the
-        restore are compiled together with XLA once the masked variables are
-        large enough to pay (`GradientMasker.fusing_pays`).
-        """
-        fuse = (
-            not self.run_eagerly
-            and not self.jit_compile
-            and not tf.distribute.has_strategy()
-            and masker.fusing_pays()
+    def _maskfit_update_mode(self, masker):
+        """The masker's `UpdateMode` for this model's compile settings."""
+        overridden = type(self).apply_grad_masks is not MaskedTraining.apply_grad_masks
+        return masker.update_mode(
+            graph=not self.run_eagerly,
+            xla=bool(self.jit_compile),
+            custom_masking=overridden,
         )
-        untouched = type(self).apply_grad_masks is MaskedTraining.apply_grad_masks
-        step = None
-        if masker.rules.observes or masker.rules.updates_after:
-            step = tf.identity(self.optimizer.iterations)  # before this update
-        if masker.rules.observes:
-            masker.observe(step, gradients)
-        raw = gradients
-        if not (fuse and untouched):
-            gradients = self.apply_grad_masks(gradients, variables)
-        masker.apply(
-            self.optimizer,
-            gradients,
-            masked=untouched,
-            static=bool(self.jit_compile) and not self.run_eagerly,
-            fuse=fuse,
-            mask_first=fuse and untouched,
-        )
-        if masker.rules.updates_after:
-            masker.after_update(step, self.optimizer, raw)
 
     def make_train_function(self, force=False):
         """Builds the step; retraces only when the masks' structure changed.
@@ -182,21 +163,23 @@ class MaskedTraining:
         """The trainable weights, fully frozen ones included: what masks cover."""
         return super().trainable_weights
 
-    def _frozen_ids(self):
+    def _left_out_ids(self):
         masker = masker_of(self)
-        if masker is None or masker.plan is None or not masker.plan.frozen:
+        if masker is None:
             return frozenset()
-        return frozenset(id(masker.variables[i]) for i in masker.plan.frozen)
+        return frozenset(id(v) for v in masker.left_out_variables())
 
     def _without_frozen(self, variables):
-        frozen = self._frozen_ids()
-        return [v for v in variables if id(v) not in frozen] if frozen else variables
+        left_out = self._left_out_ids()
+        if not left_out:
+            return variables
+        return [v for v in variables if id(v) not in left_out]
 
     def _with_frozen(self, non_trainable, every):
-        frozen = self._frozen_ids()
-        if not frozen or not self.trainable:
+        left_out = self._left_out_ids()
+        if not left_out or not self.trainable:
             return non_trainable
-        kept = frozen | {id(v) for v in non_trainable}
+        kept = left_out | {id(v) for v in non_trainable}
         return [v for v in every if id(v) in kept]
 
 

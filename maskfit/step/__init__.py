@@ -1,14 +1,18 @@
 """The masking stage of a training step.
 
-- `declared`: the declared specs resolved against a step's variables.
+- `declared`: the masks declared on layers, resolved against a step's
+  variables (`DeclaredMask`).
 - `plan`: `StepPlan`, which variables the compiled step leaves out, masks
   and restores, for the steps ahead.
 - `mask_state`: the declared masks as `tf.Variable` state, and masking a
   gradient.
-- `rule_state`, `rule_update`, `rule_stage`: the rules' keep masks as state,
-  a rule's update in the step, and where the rules run.
+- `rule_keeps`, `rule_update`, `rule_runner`: the rules' keep masks as state
+  (and which rules a step runs), a rule's update in the step, and running
+  the rules where they belong.
+- `pipeline`: the stage in its one order (`run`), over the step's
+  `StepView` and `UpdateMode`.
 - `update`: the guarded update (snapshot, `optimizer.apply`, restore).
-- `masker`: `GradientMasker`, which runs the stage's parts in order.
+- `masker`: `GradientMasker`, the stage's state and parts.
 - `lifecycle`: `StepLifecycle`, when the step is planned, traced, settled
   and prepared.
 - `split`: under XLA, a step with rules compiled with and without their

@@ -110,7 +110,7 @@ class StepLifecycle:
         if split_lib.applies(model, self.masker, self._own_train_step):
             self.split = split_lib.SplitStep(
                 model.train_step,
-                lambda: self.masker.rules,
+                lambda: self.masker,
                 lambda: model.optimizer.iterations,
             )
             with split_lib.traced_without_xla(model):
@@ -233,7 +233,7 @@ class StepLifecycle:
             changed = self._fit_optimizer(step) or changed
             optimizer = getattr(model, "optimizer", None)
             if optimizer is not None and masker.has_rules:
-                masker.rules.read_fresh_state(optimizer)
+                masker.read_fresh_state(optimizer)
             return changed
 
     def load_pending_keeps(self):

@@ -6,7 +6,8 @@ and their boundaries; `where_masked` and `is_frozen` read a mask the same way
 everywhere. `VariableMasks` says what masks one variable (its declared mask's
 state, its unit layout, a rule's keep mask) and combines them in the step;
 `MaskStates` keeps them for all of a step's masks, in step with the
-declarations. `maskfit.step.masker.GradientMasker` uses them.
+declarations. `maskfit.step.masker.GradientMasker` uses them; the masks of one
+step are read from them once (`maskfit.step.pipeline.make_view`).
 """
 
 import collections
@@ -146,24 +147,25 @@ class VariableMasks(
         `"step"` (the learning rate; `multiplier`) or `"gradient"`.
     """
 
-    def declared(self, current):
-        """The declared mask from its state's `current` value (broadcastable)."""
+    def expand(self, current):
+        """The declared mask on the variable, from its state's `current` value
+        (a shape that broadcasts to the variable's)."""
         current = tf.convert_to_tensor(current)
         return current if self.layout is None else self.layout.expand(current)
 
-    def frozen_where(self, current):
-        """Where the declared mask (from its state's `current` value) freezes an entry."""
-        return is_frozen(self.declared(current))
-
-    def gradient_mask(self, current, keep):
+    def gradient_mask(self, declared):
         """What the gradient is masked with: 0 where dropped or frozen, else the
-        declared value (`scale="gradient"`) or 1 (`scale="step"`)."""
-        mask = None if current is None else self.declared(current)
+        declared value (`scale="gradient"`) or 1 (`scale="step"`).
+
+        Args:
+          declared: the declared mask in force, expanded (`expand`), or None.
+        """
+        mask = declared
         if mask is not None and self.scale == "step" and mask.dtype != tf.bool:
             mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
-        if keep is None:
+        if self.keep is None:
             return mask
-        keep = tf.convert_to_tensor(keep)
+        keep = tf.convert_to_tensor(self.keep)
         if mask is None:
             return keep
         if mask.dtype == tf.bool:
@@ -269,14 +271,6 @@ class MaskStates:
         for state in self.states.values():
             if state is not None and state.table is not None:
                 state.select(step)
-
-    def declared_current(self):
-        """`{position: (current, frozen_where)}` of the variables with a declared mask."""
-        return {
-            i: (masks.state.current, masks.frozen_where)
-            for i, masks in self.by_index.items()
-            if masks.state is not None
-        }
 
     def state_bytes(self):
         """Bytes of mask state kept (masks, schedules, boundaries, unit layouts)."""

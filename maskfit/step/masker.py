@@ -1,12 +1,14 @@
 """`GradientMasker`: the masking stage of one training step, over its state.
 
 It reads the masks and rules declared on a model's layers (`sync`), keeps
-them as state (`mask_state.MaskStates`, `rule_state.RuleState`), plans what
-the compiled step does for each variable (`plan.StepPlan`), and runs the
-stage's parts in the step, in order: `begin_step` (select scheduled masks, run
-the rules that update now), `mask_gradients`, and `apply` (the guarded
-update of `maskfit.step.update`). `maskfit.step.lifecycle` decides when it
-synchronizes and what runs just before a call of the compiled step.
+them as state (`mask_state.MaskStates`, `rule_keeps.RuleKeeps`), plans what
+the compiled step does for each variable (`plan.StepPlan`), decides how the
+update runs (`update_mode`), and provides the stage's parts: `begin_step`
+(select scheduled masks, run the rules due before the forward pass, make the
+step's `pipeline.StepView`), `observe`, `mask_gradients`, `apply` (the guarded
+update of `maskfit.step.update`) and `after_update`, which `pipeline.run`
+calls in order. `maskfit.step.lifecycle` decides when it synchronizes and what
+runs just before a call of the compiled step.
 """
 
 import numpy as np
@@ -15,7 +17,7 @@ import tensorflow as tf
 from maskfit.spec import rules as rules_lib
 from maskfit.spec import version
 from maskfit.step import declared as declared_lib
-from maskfit.step import mask_state, rule_stage
+from maskfit.step import mask_state, pipeline, rule_runner
 from maskfit.step import plan as plan_lib
 from maskfit.step import update as update_lib
 
@@ -54,13 +56,17 @@ class GradientMasker:
         self._layer_rules = layer_rules
         self._skip_frozen = skip_frozen
         self._masks = mask_state.MaskStates()
-        self.rules = rule_stage.RuleStage(self._variables)
-        self._rules = self.rules.state
+        self._runner = rule_runner.RuleRunner(self._variables)
+        self._keeps = self._runner.keeps
         self._last_sync = None
         self._version = None
-        self.plan = None
+        self._plan = None
+        self._traced_view = None  # the view of the step being traced
 
-    # ------------------------------------------------------------ host side
+    @property
+    def plan(self):
+        """The `StepPlan` of the steps ahead (None before `sync`)."""
+        return self._plan
 
     @property
     def variables(self):
@@ -102,16 +108,16 @@ class GradientMasker:
                 i: n._replace(frozen=(False,) * len(n.frozen)) for i, n in needs.items()
             }
         new = plan_lib.plan_steps(needs, step, span, total=len(self._variables))
-        in_step = self._rules.in_step_from(step, prepared)
+        in_step = self._keeps.in_step_from(step, prepared)
         if (
-            self.plan is not None
+            self._plan is not None
             and not (fresh or changed)
-            and in_step <= self._rules.in_step
-            and self.plan.covers(new)
+            and in_step <= self._keeps.in_step
+            and self._plan.covers(new)
         ):
-            self.plan = self.plan._replace(valid_until=new.valid_until)
+            self._plan = self._plan._replace(valid_until=new.valid_until)
             return False
-        self.plan, self._rules.in_step = new, in_step
+        self._plan, self._keeps.in_step = new, in_step
         return True
 
     def _read_declarations(self, step):
@@ -126,13 +132,13 @@ class GradientMasker:
             for mask in (declared.values() if groups else ())
             for i, index in enumerate(mask.indices)
         }
-        retrace = self._rules.update(groups, self._variables, frozen)
+        retrace = self._keeps.update(groups, self._variables, frozen)
         ruled = sorted(i for group in groups for i in group.indices)
         retrace = (
             self._masks.sync(
                 declared,
                 ruled,
-                self._rules.keeps,
+                self._keeps.by_index,
                 self._variables,
                 step,
                 self._skip_frozen,
@@ -148,14 +154,14 @@ class GradientMasker:
         return sorted(self._masks.by_index)
 
     def active(self, items):
-        """`items` (aligned with the variables) without the frozen ones."""
-        return [x for i, x in enumerate(items) if i not in self.plan.frozen]
+        """`items` (aligned with the variables) without the left-out ones."""
+        return [x for i, x in enumerate(items) if i not in self._plan.left_out]
 
     def spread(self, active_items):
-        """The inverse of `active`: a full list, with None for the frozen ones."""
+        """The inverse of `active`: a full list, with None for the left-out ones."""
         items = iter(active_items)
         return [
-            None if i in self.plan.frozen else next(items)
+            None if i in self._plan.left_out else next(items)
             for i in range(len(self._variables))
         ]
 
@@ -167,158 +173,160 @@ class GradientMasker:
 
     def holds_at(self, step, span):
         """Whether the planned step covers a call of `span` steps from `step`."""
-        until = self.plan.valid_until
+        until = self._plan.valid_until
         return until is None or step + span <= until
-
-    @property
-    def scheduled(self):
-        """Whether `begin_step` does work: a mask follows a schedule, or a rule applies."""
-        return bool(self._rules.in_step_where(False)) or self._masks.scheduled
 
     @property
     def has_rules(self):
         """Whether a rule (e.g. pruning) changes masks and weights."""
-        return bool(self._rules.groups)
+        return bool(self._keeps.groups)
 
     @property
     def rules_left_out(self):
         """Whether a rule is left out of the planned step (applied by `prepare`)."""
-        return self._rules.left_out
+        return self._keeps.left_out
 
     def keep_masks(self):
         """Returns `{variable position: keep mask}` (bool `tf.Variable`s) of the rules."""
-        return dict(self._rules.keeps)
+        return dict(self._keeps.by_index)
 
     def load_keeps(self, values):
         """Assigns keep masks `{position: bool array}`; returns those it has no rule for."""
-        return self._rules.load(values)
+        return self._keeps.load(values)
 
     def state_bytes(self):
         """Bytes of mask state kept: masks, schedules, unit layouts, keep masks."""
         keeps = sum(
-            k.shape.num_elements() * k.dtype.size for k in self._rules.keeps.values()
+            k.shape.num_elements() * k.dtype.size for k in self._keeps.by_index.values()
         )
         return self._masks.state_bytes() + keeps
 
-    def prepare(self, step, optimizer, settle, xla=False):
-        """Outside the step, before a call at optimizer `step` (`RuleStage.prepare`)."""
-        return self.rules.prepare(
-            step,
-            optimizer,
-            self.plan.frozen,
-            self._masks.declared_current(),
-            settle,
-            xla,
-        )
+    def left_out_variables(self):
+        """The variables left out of the planned step (their mask is all 0)."""
+        left_out = () if self._plan is None else sorted(self._plan.left_out)
+        return [self._variables[i] for i in left_out]
 
-    def fusing_pays(self):
-        """Whether the masked variables that learn are large enough to `apply` fused."""
-        entries = sum(
-            int(np.prod(self._variables[i].shape))
-            for i in self._masks.by_index
-            if i not in self.plan.frozen
-        )
-        return entries >= FUSE_MIN_ENTRIES
+    def read_fresh_state(self, optimizer):
+        """Reads the fresh optimizer state regrowing rules give (`RuleRunner`)."""
+        self._runner.read_fresh_state(optimizer)
 
-    # ------------------------------------------------------------- in step
+    def rules_due(self, step):
+        """Whether a rule of the traced step updates at `step` (None: none in it)."""
+        return self._runner.due(step)
 
-    def begin_step(self, step, optimizer):
-        """Selects every scheduled mask, then runs the rules due before the forward pass.
+    def rule_updates_left_out(self):
+        """A context in which a traced step runs no rule's update (`split`)."""
+        return self._runner.updates_left_out()
 
-        Traced once (`RuleStage.before_forward`).
-        """
-        self._masks.select(step)
-        self.rules.before_forward(
-            step, optimizer, self.plan.frozen, self._masks.declared_current()
-        )
+    def update_mode(self, graph=False, xla=False, custom_masking=False):
+        """How the step's update runs: a `pipeline.UpdateMode`.
 
-    def observe(self, step, gradients):
-        """Right after the gradients: the rules that observe them (`RuleStage.observe`)."""
-        self.rules.observe(step, gradients, self.plan.frozen)
-
-    def after_update(self, step, optimizer, gradients):
-        """After the update: the rules that read gradients (`RuleStage.after_update`)."""
-        self.rules.after_update(
-            step, optimizer, self.plan.frozen, self._masks.declared_current(), gradients
-        )
-
-    def mask_gradients(self, gradients):
-        """Returns `gradients` with every mask applied (traced once).
-
-        Frozen variables get None; variables whose masks are all 1 over the
-        planned steps are passed through.
-        """
-        gradients = list(gradients)
-        for index, masks in self._masks.by_index.items():
-            if index in self.plan.frozen:
-                gradients[index] = None
-            elif (
-                gradients[index] is not None
-                and self.plan.masked[index] != plan_lib.NEVER
-            ):
-                mask = masks.gradient_mask(
-                    None if masks.state is None else masks.state.current, masks.keep
-                )
-                gradients[index] = mask_state.mask_gradient(gradients[index], mask)
-        return gradients
-
-    def apply(
-        self,
-        optimizer,
-        gradients,
-        masked=True,
-        static=False,
-        fuse=False,
-        mask_first=False,
-    ):
-        """Runs `optimizer.apply` on the planned variables; frozen entries stay exact.
+        `FUSED` in a graph-mode step without a strategy once the masked variables
+        that learn are large enough to pay (`FUSE_MIN_ENTRIES`); else `PLAIN`.
 
         Args:
-          optimizer: a Keras optimizer (a `LossScaleOptimizer` too), built for
-            the variables that are not frozen (or for all of them).
-          gradients: one gradient (or None) per variable.
-          masked: whether `gradients` are exactly what `mask_gradients`
-            returned (else every masked variable is snapshotted and restored).
-          static: True under XLA (snapshots are always taken).
-          fuse: compile the update and the restore together with XLA (in a
-            graph-mode step without a distribution strategy), so that the
-            snapshot, the optimizer's passes and the restore fuse into one
-            pass over each variable instead of a copy and a select.
-          mask_first: apply `mask_gradients` inside the fused update.
+          graph: whether the step is a graph Keras traces (not run eagerly).
+          xla: whether that graph is compiled with XLA (`jit_compile=True`).
+          custom_masking: whether the gradients may be transformed after
+            masking (a subclass overrides `apply_grad_masks`).
         """
-        variables, masks = self._variables, self._masks.by_index
-        guards = update_lib.guards(
-            self.plan,
-            masks,
-            optimizer,
-            variables,
-            masked,
-            static,
-            fuse,
-            zeroed=self._rules.zeroed(optimizer, variables),
+        learning = (i for i in self._masks.by_index if i not in self._plan.left_out)
+        entries = sum(int(np.prod(self._variables[i].shape)) for i in learning)
+        if graph and xla:
+            compiled = pipeline.STATIC
+        elif graph and not tf.distribute.has_strategy() and entries >= FUSE_MIN_ENTRIES:
+            compiled = pipeline.FUSED
+        else:
+            compiled = pipeline.PLAIN
+        return pipeline.UpdateMode(compiled, bool(custom_masking))
+
+    def view(self, step, optimizer, mode=None):
+        """The `StepView` of optimizer `step` (a tensor in the step, an int outside)."""
+        return pipeline.make_view(
+            step, optimizer, mode, self._variables, self._plan, self._masks.by_index
         )
 
-        # Values other than 0 and 1 of `scale="step"` masks multiply the
-        # learning rate: read in the update, on each replica's device.
-        rates = [
-            (variables[i], lambda entry=masks[i]: entry.declared(entry.state.current))
-            for i, mode in self.plan.scaled.items()
-            if mode != plan_lib.NEVER
-        ]
+    def prepare(self, step, optimizer, settle, xla=False):
+        """Outside the step, before a call at optimizer `step` (`RuleRunner.prepare`)."""
+        return self._runner.prepare(self.view(step, optimizer), settle, xla)
 
-        def run(gradients):
-            if mask_first:
-                gradients = self.active(self.mask_gradients(self.spread(gradients)))
-            update_lib.apply_guarded(
-                optimizer,
-                gradients,
-                variables,
-                self.active(variables),
-                guards,
-                masks,
-                rates,
-            )
+    def begin_step(self, optimizer, mode):
+        """Selects every scheduled mask, makes the step's view, runs the rules due now.
 
-        if fuse and (guards or (mask_first and masks)):
-            run = tf.function(run, jit_compile=True, autograph=False)
-        run(self.active(gradients))
+        Traced once, before the forward pass; returns the `StepView` the rest
+        of the stage (`pipeline.run`) reads.
+
+        Args:
+          optimizer: the step's optimizer.
+          mode: the `UpdateMode` of `update_mode`.
+        """
+        step = tf.identity(optimizer.iterations)  # this step, before its update
+        self._masks.select(step)
+        view = self.view(step, optimizer, mode)
+        self._runner.before_forward(view)
+        self._traced_view = view
+        return view
+
+    def observe(self, view, gradients):
+        """Right after the gradients: the rules that observe them."""
+        self._runner.observe(view, gradients)
+
+    def mask_gradients(self, gradients, view=None):
+        """Returns `gradients` with every mask applied (traced once).
+
+        Left-out variables get None; variables whose masks are all 1 over
+        the planned steps are passed through.
+
+        Args:
+          gradients: one gradient (or None) per variable.
+          view: the step's `StepView`; that of the step being traced (its
+            last `begin_step`) by default.
+        """
+        view = view or self._view_in_trace()
+        gradients = list(gradients)
+        for index in view.left_out:
+            gradients[index] = None
+        for index, mask in view.masks.items():
+            if gradients[index] is not None and mask.masked != plan_lib.NEVER:
+                grad_mask = mask.masks.gradient_mask(mask.declared)
+                gradients[index] = mask_state.mask_gradient(gradients[index], grad_mask)
+        return gradients
+
+    def _view_in_trace(self):
+        """The view `begin_step` made in the graph being traced, or a new one."""
+        view, here = self._traced_view, None
+        if tf.inside_function():
+            here = tf.compat.v1.get_default_graph()
+        if view is None or getattr(view.step, "graph", None) is not here:
+            return self.view(None, None)
+        return view
+
+    def apply(self, view, gradients):
+        """Runs `optimizer.apply` on the planned variables; frozen entries stay exact.
+
+        The guarded update of `maskfit.step.update`, as `view.mode` says:
+        under `FUSED`, the masking (unless custom), the update and the restore
+        are compiled together with XLA, so that the snapshot, the optimizer's
+        passes and the restore fuse into one pass over each variable.
+
+        Args:
+          view: the step's `StepView`.
+          gradients: one gradient (or None) per variable.
+        """
+        zeroed = self._keeps.zeroed(view.optimizer, view.variables)
+        guards = update_lib.guards(view, zeroed)
+
+        def update(gradients):
+            if view.mode.masks_in_update:
+                full = self.mask_gradients(self.spread(gradients), view)
+                gradients = view.active(full)
+            update_lib.apply_guarded(view, gradients, guards)
+
+        fused = view.mode.compiled == pipeline.FUSED
+        if fused and (guards or (view.mode.masks_in_update and view.masks)):
+            update = tf.function(update, jit_compile=True, autograph=False)
+        update(view.active(gradients))
+
+    def after_update(self, view, gradients):
+        """After the update: the rules that read the step's gradients."""
+        self._runner.after_update(view, gradients)

@@ -7,8 +7,8 @@ no masking; only one with a 0 somewhere needs its frozen entries restored after
 the update. A `StepPlan` fixes these choices for a range of optimizer steps,
 from the masks' schedules, read on the host:
 
-- `frozen`: variables whose mask is all 0 at every step of the range the plan
-  starts with; they are left out of the step.
+- `left_out`: variables whose mask is all 0 (frozen whole) at every step of
+  the range the plan starts with; they are left out of the step.
 - per remaining masked variable, whether its gradient is masked and whether its
   frozen entries are restored: `"never"`, `"always"`, or `"sometimes"` (decided
   in the step from the mask in force, so a schedule may change it).
@@ -107,26 +107,31 @@ def _mode(flags):
 
 class StepPlan(
     collections.namedtuple(
-        "StepPlan", ["frozen", "masked", "guarded", "scaled", "valid_until"]
+        "StepPlan", ["left_out", "masked", "guarded", "scaled", "valid_until"]
     )
 ):
     """The compiled step's choices for a range of steps.
 
     Attributes:
-      frozen: frozenset of variable positions left out of the step.
+      left_out: frozenset of variable positions left out of the step.
       masked, guarded, scaled: dicts from the position of each other masked
         variable to `NEVER`, `ALWAYS` or `SOMETIMES` (whether its gradient is
         masked, its frozen entries restored, its learning rate multiplied).
       valid_until: the first step the plan does not cover, or None.
     """
 
+    @property
+    def frozen(self):
+        """`left_out`, by its 0.1 name (`benchmarks.harness` reads it)."""
+        return self.left_out
+
     def covers(self, other):
         """Whether a step traced for this plan can run the steps `other` plans.
 
-        The frozen sets must agree; a choice of `ALWAYS` or `SOMETIMES` covers
+        The left-out sets must agree; a choice of `ALWAYS` or `SOMETIMES` covers
         any need (the mask decides), `NEVER` covers only `NEVER`.
         """
-        if self.frozen != other.frozen or set(self.masked) != set(other.masked):
+        if self.left_out != other.left_out or set(self.masked) != set(other.masked):
             return False
         pairs = (
             (self.masked, other.masked),
@@ -154,7 +159,7 @@ def plan_steps(needs, start, span, total=None):
       needs: dict from variable position to its `VariableNeeds`.
       start: the optimizer step the plan starts at.
       span: how many steps a call of the compiled step may run
-        (`steps_per_execution`); the frozen set is the variables frozen at
+        (`steps_per_execution`); the left-out set is the variables frozen at
         every one of them.
       total: how many variables the step has (masked or not). If all would be
         frozen, the first stays in the step, masked and restored, so that the
@@ -169,7 +174,7 @@ def plan_steps(needs, start, span, total=None):
         for i, n in needs.items()
         if all(n.frozen[k] for k in n.intervals(start, stop))
     )
-    frozen = _keep_one(frozen, total)
+    left_out = _keep_one(frozen, total)
     # The plan ends where any variable turns fully frozen or back after its
     # first call: the step is then planned again (and, for a variable that
     # learns again, its optimizer slots start afresh).
@@ -187,13 +192,13 @@ def plan_steps(needs, start, span, total=None):
     end = None if valid_until is None else valid_until - 1
     masked, guarded, scaled = {}, {}, {}
     for i, n in needs.items():
-        if i in frozen:
+        if i in left_out:
             continue
         touched = n.intervals(start, end)
         masked[i] = _mode([n.masked[k] or n.frozen[k] for k in touched])
         guarded[i] = _mode([n.guarded[k] for k in touched])
         scaled[i] = _mode([n.scaled[k] for k in touched])
-    return StepPlan(frozen, masked, guarded, scaled, valid_until)
+    return StepPlan(left_out, masked, guarded, scaled, valid_until)
 
 
 def needs_of(declared, i):

@@ -1,21 +1,24 @@
 """A rule's update inside the step: new keep masks, dropped and regrown entries.
 
-`apply` runs, for each rule of a `RuleState` that updates at the step, its
+`apply` runs, for each rule of a `RuleRun` that updates at the step, its
 `keep_masks` on every covered variable at once, then assigns the keep masks,
 sets the dropped weights (and the optimizer state listed for them) to +0.0,
 and gives the entries a regrowing rule keeps again a fresh optimizer's state.
-`start` sets the keep masks a rule starts from. `RuleState` says which rules
-run where; `maskfit.step.rule_stage` calls this.
+`start` sets the keep masks a rule starts from. `RuleKeeps` holds the keep
+masks; `maskfit.step.rule_runner` says which rules run where and calls this.
 """
+
+import collections
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from maskfit import internals
+from maskfit.paths import handle
 from maskfit.step import mask_state
 
-__all__ = ["apply", "start"]
+__all__ = ["RuleRun", "apply", "start"]
 
 
 def _as_keep(mask):
@@ -24,53 +27,59 @@ def _as_keep(mask):
     return mask if mask.dtype == tf.bool else tf.not_equal(mask, 0)
 
 
-def apply(
-    rules,
-    step,
-    variables,
-    frozen,
-    declared,
-    state=None,
-    only=None,
-    gradients=None,
-    fresh=None,
+class RuleRun(
+    collections.namedtuple(
+        "RuleRun", ["only", "zeroed_state", "fresh", "gradients"], defaults=(None,)
+    )
 ):
-    """In the step: runs each rule of `rules` that updates at optimizer `step` (traced once).
+    """Which rules one `apply` runs, and the optimizer state it touches.
+
+    Attributes:
+      only: positions in the `RuleKeeps`'s groups of the rules to run.
+        Called eagerly (outside the step) `apply` runs them at once.
+      zeroed_state: `{position: [variables of its shape]}`, the optimizer
+        state whose dropped entries are set to 0 with the weights
+        (`maskfit.optim.traits.zeroable_state`).
+      fresh: `{position: [(state variable, fresh value)]}` for the variables
+        of rules that regrow (`maskfit.optim.traits.fresh_state`).
+      gradients: one gradient (or None) per variable of the step, for the
+        rules that `uses_gradients` (summed over replicas for them); None.
+    """
+
+
+def apply(keeps, view, run):
+    """Runs each rule of `run.only` that updates at the view's step (traced once).
 
     A rule that updates gets new keep masks for its variables (all of
     them computed before any is assigned), the weights it drops are set
-    to +0.0 with the optimizer state listed for them in `state`, and the
+    to +0.0 with the optimizer state of `run.zeroed_state`, and the
     entries it grows back (a rule that `regrows`) get the fresh state of
-    `fresh`. Under a distribution strategy this runs in cross-replica
-    context: every replica gets the same masks.
+    `run.fresh`. Entries a declared mask freezes are never dropped. Under
+    a distribution strategy this runs in cross-replica context: every
+    replica gets the same masks.
 
     Args:
-      rules: the step's `RuleState` (its groups and keep masks).
-      step: the optimizer's `iterations` (a variable or tensor).
-      variables: the step's `tf.Variable`s, in its order.
-      frozen: positions left out of the step (their masks are not updated).
-      declared: `{position: (current, frozen_where)}` for variables with a
-        declared mask: its state variable, and a function of its value
-        that says where it freezes an entry (those are never dropped).
-      state: `{position: [variables of its shape]}`, the optimizer state
-        whose dropped entries are set to 0 with the weights
-        (`maskfit.optim.traits.zeroable_state`); none by default.
-      only: positions in `groups` of the rules to run; all by default.
-        Called eagerly (outside the step) this runs them at once.
-      gradients: one gradient (or None) per variable of the step, for
-        the rules that `uses_gradients` (summed over replicas for them).
-      fresh: `{position: [(state variable, fresh value)]}` for the
-        variables of rules that regrow (`maskfit.optim.traits.fresh_state`).
+      keeps: the step's `RuleKeeps` (its groups and keep masks).
+      view: the step's `pipeline.StepView` (its step a tensor, or an int
+        outside the step); variables it leaves out are not updated.
+      run: the `RuleRun`.
     """
-    state = state or {}
+    state = run.zeroed_state or {}
+    fresh = run.fresh or {}
+    gradients = run.gradients
     groups = [
-        (group.rule, [i for i in group.indices if i not in frozen])
-        for number, group in enumerate(rules.groups)
-        if only is None or number in only
+        (group.rule, [i for i in group.indices if i not in view.left_out])
+        for number, group in enumerate(keeps.groups)
+        if number in run.only
     ]
     groups = [(rule, indices) for rule, indices in groups if indices]
     if not groups:
         return
+    variables = [handle(v) for v in view.variables]
+    step = view.step
+
+    def entries_of(indices):
+        return [(variables[i], i, _frozen(view, i), state.get(i, ())) for i in indices]
 
     def apply_all(distribution, gradients):
         value = step.value if isinstance(step, keras.Variable) else step
@@ -78,32 +87,30 @@ def apply(
         xla = internals.tracing_for_xla()
         for rule, indices in groups:
             if xla:
-                entries = [
-                    (variables[i], i, declared.get(i), state.get(i, ()))
-                    for i in indices
-                ]
                 own = [gradients[i] for i in indices] if rule.uses_gradients else None
                 _update_group_outside_cond(
-                    rules, distribution, rule, current_step, entries, own, fresh or {}
+                    keeps,
+                    distribution,
+                    rule,
+                    current_step,
+                    entries_of(indices),
+                    own,
+                    fresh,
                 )
                 continue
 
             def update(rule=rule, indices=indices):
-                entries = [
-                    (variables[i], i, declared.get(i), state.get(i, ()))
-                    for i in indices
-                ]
                 summed = None
                 if rule.uses_gradients:
                     summed = [_summed(distribution, gradients[i]) for i in indices]
                 ops = _update_group(
-                    rules,
+                    keeps,
                     distribution,
                     rule,
                     current_step,
-                    entries,
+                    entries_of(indices),
                     summed,
-                    fresh or {},
+                    fresh,
                 )
                 with tf.control_dependencies(ops):
                     return tf.constant(True)
@@ -115,7 +122,13 @@ def apply(
     internals.merge_call(apply_all, tf.distribute.get_strategy(), gradients)
 
 
-def _update_group(rules, distribution, rule, step, entries, gradients, fresh):
+def _frozen(view, index):
+    """Where the declared mask of variable `index` freezes an entry, or None."""
+    mask = view.masks.get(index)
+    return None if mask is None else mask.frozen
+
+
+def _update_group(keeps, distribution, rule, step, entries, gradients, fresh):
     """New keep masks for one rule's variables; the weights they drop (and their
     state) set to +0.0, the entries they grow back given fresh state.
 
@@ -124,20 +137,21 @@ def _update_group(rules, distribution, rule, step, entries, gradients, fresh):
     weight dropped.
 
     Args:
-      entries: `(variable, position, declared or None, state)` per variable.
+      entries: `(variable, position, frozen or None, state)` per variable:
+        `frozen` where its declared mask freezes an entry.
       gradients: the variables' summed gradients, or None.
       fresh: as for `apply`.
 
     Returns:
       The ops that assign the keep masks, drop and regrow.
     """
-    olds = [tf.convert_to_tensor(rules.keeps[e[1]]) for e in entries]
-    kept = _new_keeps(rules, rule, step, entries, gradients)
-    return _assign(rules, distribution, rule, entries, olds, kept, fresh)
+    olds = [tf.convert_to_tensor(keeps.by_index[e[1]]) for e in entries]
+    kept = _new_keeps(keeps, rule, step, entries, gradients)
+    return _assign(keeps, distribution, rule, entries, olds, kept, fresh)
 
 
 def _update_group_outside_cond(
-    rules, distribution, rule, step, entries, gradients, fresh
+    keeps, distribution, rule, step, entries, gradients, fresh
 ):
     """`_update_group` for a step compiled with XLA: only the keep masks in the cond.
 
@@ -159,39 +173,38 @@ def _update_group_outside_cond(
         summed = None
         if gradients is not None:
             summed = [_summed(distribution, g) for g in gradients]
-        return tuple(_new_keeps(rules, rule, step, entries, summed))
+        return tuple(_new_keeps(keeps, rule, step, entries, summed))
 
-    olds = [tf.convert_to_tensor(rules.keeps[e[1]]) for e in entries]
+    olds = [tf.convert_to_tensor(keeps.by_index[e[1]]) for e in entries]
     kept = tf.cond(rule.should_update(step), updated, lambda: tuple(olds))
-    return _assign(rules, distribution, rule, entries, olds, list(kept), fresh)
+    return _assign(keeps, distribution, rule, entries, olds, list(kept), fresh)
 
 
-def _new_keeps(rules, rule, step, entries, gradients):
+def _new_keeps(keeps, rule, step, entries, gradients):
     """The new keep masks of one rule's variables (bool tensors), all computed
     before any is assigned: `rule.keep_masks`, the entries a declared mask
     freezes kept, and the current masks where the step's gradients are not
     finite."""
     weights, protected = [], []
-    for variable, index, declared, _ in entries:
+    for variable, index, frozen, _ in entries:
         value = tf.convert_to_tensor(variable)
         guarded = None
-        if declared is not None:
+        if frozen is not None:
             # Entries the declared mask freezes (and that are kept) stay.
-            frozen = declared[1](tf.convert_to_tensor(declared[0]))
             guarded = tf.logical_and(
                 tf.broadcast_to(frozen, tf.shape(value)),
-                tf.convert_to_tensor(rules.keeps[index]),
+                tf.convert_to_tensor(keeps.by_index[index]),
             )
         weights.append(value)
         protected.append(guarded)
-    keeps = [tf.convert_to_tensor(rules.keeps[e[1]]) for e in entries]
+    current = [tf.convert_to_tensor(keeps.by_index[e[1]]) for e in entries]
     kept = list(
         rule.keep_masks(
             step,
             [e[0] for e in entries],
             weights,
             protected,
-            keeps=keeps,
+            keeps=current,
             gradients=gradients,
         )
     )
@@ -212,12 +225,12 @@ def _new_keeps(rules, rule, step, entries, gradients):
         if guarded is not None:
             keep = tf.logical_or(keep, guarded)
         if finite is not None:
-            keep = tf.where(finite, keep, tf.convert_to_tensor(rules.keeps[index]))
+            keep = tf.where(finite, keep, tf.convert_to_tensor(keeps.by_index[index]))
         new.append(keep)
     return new
 
 
-def _assign(rules, distribution, rule, entries, olds, kept, fresh):
+def _assign(keeps, distribution, rule, entries, olds, kept, fresh):
     """Assigns the keep masks `kept`; the weights (and state) they drop set to
     +0.0, the entries they grow back (`kept` but not `olds`) given fresh state.
 
@@ -236,7 +249,7 @@ def _assign(rules, distribution, rule, entries, olds, kept, fresh):
 
     ops = []
     for (variable, index, _, state), keep, old in zip(entries, kept, olds):
-        keep_variable = rules.keeps[index]
+        keep_variable = keeps.by_index[index]
         grown = None
         if rule.regrows:
             grown = tf.logical_and(keep, tf.logical_not(old))

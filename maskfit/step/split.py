@@ -73,17 +73,17 @@ class SplitStep:
     Args:
       step_function: the model's step, a function of one batch (its
         `train_step`, which runs the real step when traced for XLA).
-      rules: a function returning the `RuleStage` of the step, read when
+      masker: a function returning the step's `GradientMasker`, read when
         the step is traced.
       iterations: a function returning the optimizer's `iterations`.
     """
 
-    def __init__(self, step_function, rules, iterations):
-        self._rules = rules
+    def __init__(self, step_function, masker, iterations):
+        self._masker = masker
         self._iterations = iterations
 
         def plain(data):
-            with rules().updates_left_out():
+            with masker().rule_updates_left_out():
                 return step_function(data)
 
         compile_ = lambda f: tf.function(  # noqa: E731
@@ -94,7 +94,7 @@ class SplitStep:
 
     def __call__(self, data):
         """The step on one batch: `updating` where a rule updates, else `plain`."""
-        due = self._rules().due(self._iterations())
+        due = self._masker().rules_due(self._iterations())
         if due is None:  # No rule left in the step.
             return self._plain(data)
         return tf.cond(due, lambda: self._updating(data), lambda: self._plain(data))

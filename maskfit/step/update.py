@@ -5,9 +5,10 @@ Every Keras optimizer but plain SGD can move an entry whose gradient is 0
 entry whose mask is 0 is kept exact by a snapshot taken just before the
 update and put back just after it (its EMA average too); an entry a rule
 dropped is set to +0.0 instead. `guards` decides, per variable, which of
-those the step needs; `snapshot` and `restore` do them, in the step;
-`pinned` does the same for whole variables (those `maskfit.apply_gradients`
-leaves out). They are pure functions of the mask state they are given.
+those the step needs; `snapshot` and `restore` do them, in the step, and
+`apply_guarded` runs them around `optimizer.apply`; `pinned` does the same
+for whole variables (those `maskfit.apply_gradients` leaves out). They are
+pure functions of the step's `pipeline.StepView`.
 """
 
 import collections
@@ -36,45 +37,48 @@ class Guard(collections.namedtuple("Guard", ["index", "dynamic", "restores"])):
     """
 
 
-def guards(step_plan, masks, optimizer, variables, masked, static, fuse, zeroed):
+def guards(view, zeroed):
     """The `Guard`s of one update, for the masked variables the step updates.
 
+    When the gradients reaching `apply` may have been transformed after
+    masking (`view.mode.custom_masking`), every variable with a declared
+    mask is snapshotted and restored, whatever the optimizer. Under XLA (a
+    `STATIC` or `FUSED` mode) a snapshot taken only when needed cannot be
+    expressed: one is always taken (XLA fuses it into the update).
+
     Args:
-      step_plan: the step's `StepPlan`.
-      masks: `{position: VariableMasks}` of the masked variables.
-      optimizer: the step's optimizer.
-      variables: the step's variables, in its order.
-      masked: whether the gradients reaching `apply` are exactly the masked
-        ones; when they may have been transformed after masking, every
-        masked variable is snapshotted and restored, whatever the optimizer.
-      static: True under XLA, where a snapshot taken only when needed cannot
-        be expressed: one is always taken (XLA fuses it into the update).
-      fuse: whether the update is compiled with XLA (then static too).
+      view: the step's `pipeline.StepView`.
       zeroed: positions whose dropped entries had their optimizer state set
         to 0 when dropped (`traits.keeps_dropped_entries_at_zero`): with
         masked gradients they stay 0 by themselves, and need no zeroing.
     """
     found = []
-    for i, entry in masks.items():
-        if i in step_plan.frozen:
-            continue
-        mode = step_plan.guarded[i]
-        restores = entry.state is not None and (
-            not masked
+    exact = view.mode.exact
+    for i, mask in view.masks.items():
+        restores = mask.masks.state is not None and (
+            not exact
             or (
-                mode != plan_lib.NEVER
-                and traits.moves_zero_gradient_entries(optimizer, variables[i])
+                mask.guarded != plan_lib.NEVER
+                and traits.moves_zero_gradient_entries(
+                    view.optimizer, view.variables[i]
+                )
             )
         )
-        dynamic = masked and mode == plan_lib.SOMETIMES and not (static or fuse)
-        zeroes = entry.keep is not None and not (masked and i in zeroed)
+        dynamic = view.mode.dynamic and mask.guarded == plan_lib.SOMETIMES
+        zeroes = mask.masks.keep is not None and not (exact and i in zeroed)
         if restores or zeroes:
             found.append(Guard(i, dynamic and restores, restores))
     return found
 
 
-def snapshot(variable, entry, dynamic):
+def snapshot(variable, frozen, dynamic):
     """The variable's value before the update; under a dynamic guard, only if needed.
+
+    Args:
+      variable: the variable.
+      frozen: where its declared mask freezes an entry (`MaskOfStep.frozen`);
+        read only when `dynamic`.
+      dynamic: whether to take the snapshot only if `frozen` has a True.
 
     Returns `(needed, value)`: `needed` is None for a snapshot always taken,
     else a boolean tensor (the mask in force has a 0); `value` is then an
@@ -83,7 +87,7 @@ def snapshot(variable, entry, dynamic):
     handle = variable_handle(variable)
     if not dynamic:
         return None, tf.identity(handle)
-    needed = tf.reduce_any(mask_state.is_frozen(entry.declared(entry.state.current)))
+    needed = tf.reduce_any(frozen)
     value = tf.cond(
         needed,
         lambda: tf.identity(handle),
@@ -96,43 +100,53 @@ def restore(optimizer, variables, snapshots, masks):
     """Puts back the frozen entries from `snapshots`, zeroes the dropped ones.
 
     Each variable's EMA average gets the same. Runs once per variable in
-    cross-replica context (under a strategy, on every replica's copy).
+    cross-replica context; under a strategy, each replica's copy is
+    restored from that replica's snapshot and mask.
 
     Args:
       optimizer: the optimizer that just updated `variables`.
       variables: the guarded variables.
       snapshots: per variable, `(needed, value)` from `snapshot`, or None
         when only its dropped entries (a rule's) are to be zeroed.
-      masks: per variable, its `VariableMasks`, or None to put the whole
-        variable back (see `pinned`).
+      masks: per variable, its `pipeline.MaskOfStep`, or None to put the
+        whole variable back (see `pinned`).
     """
     averages = traits.ema_averages(optimizer, variables)
     targets = [variable_handle(v) for v in variables]
+    # Read in the replicas, so through the merge call: each its own.
+    frozen = [
+        None if mask is None or taken is None else mask.frozen
+        for mask, taken in zip(masks, snapshots)
+    ]
 
-    def restore_all(distribution, snapshots):
-        for target, taken, entry, average in zip(targets, snapshots, masks, averages):
+    def restore_all(distribution, snapshots, frozen):
+        for target, taken, mask, where, average in zip(
+            targets, snapshots, masks, frozen, averages
+        ):
             needed, value = (None, None) if taken is None else taken
-            # What the per-replica restore reads: the snapshot and the
-            # declared mask (if restored), the keep mask (if a rule's).
+            whole = mask is None
+            keep = None if whole else mask.masks.keep
+            # What the per-replica restore reads: the snapshot and where the
+            # declared mask freezes (if restored), the keep mask (if a rule's).
             args = () if value is None else (value,)
-            if value is not None and entry is not None:
-                args += (entry.state.current,)
-            keep = None if entry is None else entry.keep
+            if value is not None and not whole:
+                args += (where,)
             args += () if keep is None else (keep,)
 
             def put_back(
-                target, *values, entry=entry, needed=needed, restores=value is not None
+                target,
+                *values,
+                whole=whole,
+                keeps=keep is not None,
+                needed=needed,
+                restores=value is not None,
             ):
                 def assign():
                     new = tf.convert_to_tensor(target)
                     if restores:
                         kept = tf.reshape(values[0], tf.shape(new))
-                        if entry is None:
-                            new = kept
-                        else:
-                            frozen = mask_state.is_frozen(entry.declared(values[1]))
-                            new = tf.where(frozen, kept, new)
-                    if entry is not None and entry.keep is not None:
+                        new = kept if whole else tf.where(values[1], kept, new)
+                    if keeps:
                         new = mask_state.where_masked(new, values[-1])
                     return target.assign(new)
 
@@ -151,34 +165,46 @@ def restore(optimizer, variables, snapshots, masks):
                         variable_handle(variable), put_back, args=args, group=False
                     )
 
-    internals.merge_call(restore_all, tf.distribute.get_strategy(), snapshots)
+    internals.merge_call(restore_all, tf.distribute.get_strategy(), snapshots, frozen)
 
 
-def apply_guarded(optimizer, gradients, variables, updated, guarded, masks, rates=()):
-    """`optimizer.apply` on `updated`, between the snapshots and restores of `guarded`.
+def _learning_rate_multipliers(view):
+    """`(variable, multiplier)` of the variables whose mask scales the learning rate.
+
+    Values other than 0 and 1 of a `scale="step"` mask multiply the learning
+    rate. The multiplier is a function read in the update, on each replica's
+    device (`maskfit.optim.rates`), so it reads the mask's state there.
+    """
+    return [
+        (view.variables[i], lambda m=mask.masks: m.expand(m.state.current))
+        for i, mask in view.masks.items()
+        if mask.scaled != plan_lib.NEVER
+    ]
+
+
+def apply_guarded(view, gradients, guarded):
+    """`optimizer.apply` on the step's variables, between the snapshots and restores.
 
     Args:
-      optimizer: the step's optimizer.
-      gradients: one gradient (or None) per variable of `updated`.
-      variables: the step's variables, in its order.
-      updated: the variables the optimizer updates (the frozen ones left out).
+      view: the step's `pipeline.StepView`.
+      gradients: one gradient (or None) per variable the step updates
+        (`view.active`).
       guarded: the `Guard`s of the update (`guards`).
-      masks: `{position: VariableMasks}`.
-      rates: `(variable, multiplier)` pairs: those variables are stepped at
-        the learning rate x multiplier (`maskfit.optim.rates`).
     """
-    snapshots = [
-        snapshot(variables[g.index], masks[g.index], g.dynamic) if g.restores else None
-        for g in guarded
-    ]
-    with scaled_learning_rates(optimizer, rates):
-        optimizer.apply(gradients, updated)
+    variables = view.variables
+    snapshots = []
+    for g in guarded:
+        frozen = view.masks[g.index].frozen if g.dynamic else None
+        taken = snapshot(variables[g.index], frozen, g.dynamic) if g.restores else None
+        snapshots.append(taken)
+    with scaled_learning_rates(view.optimizer, _learning_rate_multipliers(view)):
+        view.optimizer.apply(gradients, view.active(variables))
     if guarded:
         restore(
-            optimizer,
+            view.optimizer,
             [variables[g.index] for g in guarded],
             snapshots,
-            [masks[g.index] for g in guarded],
+            [view.masks[g.index] for g in guarded],
         )
 
 
@@ -205,7 +231,7 @@ class pinned:
         self._snapshots = None
 
     def __enter__(self):
-        self._snapshots = [snapshot(v, None, False) for v in self._variables]
+        self._snapshots = [snapshot(v, None, dynamic=False) for v in self._variables]
         return self
 
     def __exit__(self, *exc_info):

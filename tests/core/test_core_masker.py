@@ -39,13 +39,13 @@ def test_a_variable_frozen_whole_is_left_out_and_counted_back_when_it_learns():
         ),
     )
     masker.sync(0)
-    assert masker.plan.frozen == {2, 3} and masker.plan.valid_until == 4
+    assert masker.plan.left_out == {2, 3} and masker.plan.valid_until == 4
     assert masker.active(list("abcd")) == ["a", "b"]
     assert masker.spread(["a", "b"]) == ["a", "b", None, None]
     assert masker.holds_at(2, span=2) and not masker.holds_at(3, span=2)
     assert masker.learning_at(3) == [] and sorted(masker.learning_at(4)) == [2, 3]
     assert masker.sync(4)
-    assert masker.plan.frozen == frozenset()
+    assert masker.plan.left_out == frozenset()
 
 
 def test_state_bytes_count_masks_and_layouts():

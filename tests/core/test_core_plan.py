@@ -41,19 +41,19 @@ def test_plan_leaves_out_variables_frozen_over_the_whole_call():
     frozen_then_learning = needs((5,), [0], [1])
     always_half = needs((), [0.5])
     plan = plan_steps({0: frozen_then_learning, 1: always_half}, start=0, span=1)
-    assert plan.frozen == {0}
+    assert plan.left_out == {0}
     assert plan.valid_until == 5
     assert plan.masked == {1: ALWAYS} and plan.guarded == {1: NEVER}
     # A call of 6 steps reaches step 5, where variable 0 learns: it stays in.
     wide = plan_steps({0: frozen_then_learning, 1: always_half}, start=0, span=6)
-    assert wide.frozen == frozenset()
+    assert wide.left_out == frozenset()
     assert wide.masked[0] == wide.guarded[0] == SOMETIMES
 
 
 def test_one_variable_stays_when_every_variable_would_be_frozen():
     plan = plan_steps({0: needs((), [0]), 1: needs((), [0])}, 0, 1, total=2)
-    assert plan.frozen == {1}  # the first stays, so the optimizer's steps count on
-    assert plan_steps({0: needs((), [0])}, 0, 1, total=2).frozen == {0}
+    assert plan.left_out == {1}  # the first stays, so the optimizer's steps count on
+    assert plan_steps({0: needs((), [0])}, 0, 1, total=2).left_out == {0}
 
 
 def test_covers():
@@ -104,13 +104,13 @@ def test_a_plan_holds_for_every_step_it_covers(schedules, start, span):
     stop = start + span - 1
     for i, n in all_needs.items():
         frozen_every_step = all(n.frozen[n.interval(s)] for s in range(start, stop + 1))
-        assert (i in plan.frozen) == frozen_every_step
+        assert (i in plan.left_out) == frozen_every_step
     end = plan.valid_until if plan.valid_until is not None else 45
     assert end > stop
     for step in range(start, end):
         for i, n in all_needs.items():
             k = n.interval(step)
-            if i in plan.frozen:
+            if i in plan.left_out:
                 assert n.frozen[k]  # left out only while frozen whole
                 continue
             if n.masked[k] or n.frozen[k]:

@@ -1,4 +1,4 @@
-"""Unit tests of `maskfit.step.rule_state` and `maskfit.step.update`."""
+"""Unit tests of `maskfit.step.rule_keeps`, `rule_runner`, `rule_update` and `update`."""
 
 import keras
 import numpy as np
@@ -9,7 +9,15 @@ import maskfit
 from maskfit import paths
 from maskfit.optim import traits
 from maskfit.spec import rules
-from maskfit.step import declared, mask_state, rule_state, rule_update, update
+from maskfit.step import (
+    declared,
+    mask_state,
+    pipeline,
+    rule_keeps,
+    rule_runner,
+    rule_update,
+    update,
+)
 
 
 class KeepPositive(rules.MaskRule):
@@ -42,9 +50,17 @@ def _layer(name="d"):
 
 
 def _state(layer, rule):
-    state = rule_state.RuleState()
+    state = rule_keeps.RuleKeeps()
     groups = rules.resolve_rules([(layer, rule)], layer.trainable_weights)
     return state, groups
+
+
+def _view(step, optimizer, variables, masks=None):
+    """A `StepView` with no variable left out and no declared mask by default."""
+    mode = pipeline.UpdateMode(pipeline.PLAIN, custom_masking=False)
+    return pipeline.StepView(
+        step, optimizer, mode, tuple(variables), frozenset(), masks or {}
+    )
 
 
 def test_update_makes_keep_masks_and_says_when_to_retrace():
@@ -52,10 +68,10 @@ def test_update_makes_keep_masks_and_says_when_to_retrace():
     rule = KeepPositive()
     state, groups = _state(layer, rule)
     assert state.update(groups, layer.trainable_weights)
-    keep = state.keeps[0]
+    keep = state.by_index[0]
     assert keep.dtype == tf.bool and bool(np.all(keep.numpy()))
     assert not state.update(groups, layer.trainable_weights)  # same rule object
-    assert state.keeps[0] is keep
+    assert state.by_index[0] is keep
     other = rules.resolve_rules([(layer, KeepPositive())], layer.trainable_weights)
     assert state.update(other, layer.trainable_weights)  # another rule object
 
@@ -76,16 +92,20 @@ def test_which_rules_the_step_runs_and_which_prepare_applies():
 def test_prepare_applies_a_due_rule_and_zeroes_the_dropped_entries_and_their_state():
     layer = _layer()
     variables = layer.trainable_weights
-    state, groups = _state(layer, KeepPositive(updates=(0,)))
+    runner = rule_runner.RuleRunner(variables)
+    state, groups = (
+        runner.keeps,
+        rules.resolve_rules([(layer, KeepPositive(updates=(0,)))], variables),
+    )
     state.update(groups, variables)
     optimizer = keras.optimizers.Adam()
     optimizer.build(variables)
     moments = [s for s in optimizer.variables if "kernel" in s.path]
     for m in moments:
         m.assign(tf.ones_like(m))
-    assert state.prepare(0, optimizer, variables, frozenset(), {}, settle=False)
+    assert runner.prepare(_view(0, optimizer, variables), settle=False)
     expected = np.array([[True, False, True], [False, True, False]])
-    np.testing.assert_array_equal(state.keeps[0].numpy(), expected)
+    np.testing.assert_array_equal(state.by_index[0].numpy(), expected)
     kernel = layer.kernel.numpy()
     assert np.all(kernel[~expected] == 0) and np.all(kernel[expected] != 0)
     for m in moments:  # Adam keeps a dropped entry at 0 once its state is 0
@@ -129,12 +149,20 @@ def test_a_guarded_update_restores_frozen_entries_and_their_average(dynamic):
     state = mask_state.MaskState(mask, tf.bool)
     state.assign(mask, 0)
     entry = mask_state.VariableMasks(state, None, None, "step")
+    expanded = entry.expand(state.current)
+    of_step = pipeline.MaskOfStep(
+        entry,
+        expanded,
+        masked="always",
+        guarded="always",
+        scaled="never",
+    )
     optimizer = keras.optimizers.AdamW(0.5, weight_decay=0.5, use_ema=True)
     optimizer.build(variables)
     before = layer.kernel.numpy()
-    taken = update.snapshot(layer.kernel, entry, dynamic)
+    taken = update.snapshot(layer.kernel, of_step.frozen, dynamic)
     optimizer.apply([tf.ones((2, 3)), tf.ones(3)], variables)
-    update.restore(optimizer, [layer.kernel], [taken], [entry])
+    update.restore(optimizer, [layer.kernel], [taken], [of_step])
     frozen = np.array([[0, 1, 0], [1, 0, 0]], bool)
     np.testing.assert_array_equal(layer.kernel.numpy()[frozen], before[frozen])
     assert np.all(layer.kernel.numpy()[~frozen] != before[~frozen])
@@ -193,24 +221,21 @@ def test_a_rule_that_reads_gradients_regrows_an_entry_with_fresh_state():
     state, groups = _state(layer, SwapWithGradient(at=3))
     state.update(groups, variables)
     state.load({0: np.array([[True, True, True], [True, True, False]])})
-    layer.kernel.assign(layer.kernel.numpy() * state.keeps[0].numpy())
+    layer.kernel.assign(layer.kernel.numpy() * state.by_index[0].numpy())
     optimizer = keras.optimizers.Adagrad(0.1)
     optimizer.build(variables)
     accumulator = traits.state_of(optimizer, layer.kernel)[0]
     accumulator.assign(tf.fill((2, 3), 5.0))
     gradients = [tf.constant([[0.1, 0.2, 0.3], [0.4, 0.5, 9.0]]), None]
     fresh = {0: traits.fresh_state(optimizer, layer.kernel)}
-    handles = [paths.handle(v) for v in variables]
     rule_update.apply(
         state,
-        tf.constant(3, tf.int64),
-        handles,
-        frozen=frozenset(),
-        declared={},
-        gradients=gradients,
-        fresh=fresh,
+        _view(tf.constant(3, tf.int64), optimizer, variables),
+        rule_update.RuleRun(
+            only={0}, zeroed_state={}, fresh=fresh, gradients=gradients
+        ),
     )
-    keep = state.keeps[0].numpy()
+    keep = state.by_index[0].numpy()
     # |w| smallest kept was 1.0 at (0, 0); the largest gradient among inactive is (1, 2).
     np.testing.assert_array_equal(keep, [[False, True, True], [True, True, True]])
     assert layer.kernel.numpy()[0, 0] == 0 and layer.kernel.numpy()[1, 2] == 0
@@ -219,9 +244,11 @@ def test_a_rule_that_reads_gradients_regrows_an_entry_with_fresh_state():
     )
     # Not in another step:
     rule_update.apply(
-        state, tf.constant(4, tf.int64), handles, frozenset(), {}, gradients=gradients
+        state,
+        _view(tf.constant(4, tf.int64), optimizer, variables),
+        rule_update.RuleRun(only={0}, zeroed_state={}, fresh={}, gradients=gradients),
     )
-    np.testing.assert_array_equal(state.keeps[0].numpy(), keep)
+    np.testing.assert_array_equal(state.by_index[0].numpy(), keep)
 
 
 def test_a_rule_that_reads_gradients_is_always_traced_into_the_step():

@@ -1,29 +1,28 @@
-"""`RuleState`: the keep masks of a step's rules, and their update in the step.
+"""`RuleKeeps`: the keep masks of a step's rules, and which rules the step runs.
 
 `maskfit.spec.rules` declares rules on layers and resolves them against a
-step's variables (`RuleGroup`s); a `RuleState` holds one keep mask per covered
-variable as state and applies the rules: in the step (`apply`, traced once),
-or eagerly just before a call (`apply(..., only=...)`, `settle`), and it says
-which rules a step traced at a given optimizer step must run (`in_step_from`,
-`due_at`). `maskfit.step.masker.GradientMasker` owns one.
+step's variables (`RuleGroup`s); `RuleKeeps` holds one keep mask per covered
+variable as state (made, loaded, settled outside the step) and says which
+rules a step traced at a given optimizer step must run (`in_step_from`,
+`due_at`). `maskfit.step.rule_runner.RuleRunner` runs the rules with it.
 """
 
 import numpy as np
 import tensorflow as tf
 
-from maskfit import internals, paths
+from maskfit import internals
 from maskfit.optim import traits
 from maskfit.spec import rules
 from maskfit.step import mask_state, rule_update
 
-__all__ = ["RuleState"]
+__all__ = ["RuleKeeps"]
 
 
-class RuleState:
-    """The rules of one training step: their keep masks, and their update in the step.
+class RuleKeeps:
+    """The keep masks of one training step's rules, and which rules it runs.
 
     Attributes:
-      keeps: `{variable position: keep mask}`, bool `tf.Variable`s of the
+      by_index: `{variable position: keep mask}`, bool `tf.Variable`s of the
         variables' shapes, made outside the step and kept while a rule covers
         the variable.
       groups: the `RuleGroup`s the step applies.
@@ -32,7 +31,7 @@ class RuleState:
     """
 
     def __init__(self):
-        self.keeps = {}
+        self.by_index = {}
         self.groups = ()
         self.in_step = frozenset()
 
@@ -52,7 +51,7 @@ class RuleState:
         frozen = frozen or {}
         keeps, made = {}, set()
         for index in sorted(i for group in groups for i in group.indices):
-            keep = self.keeps.get(index)
+            keep = self.by_index.get(index)
             if keep is None:
                 variable = variables[index]
                 keep = tf.Variable(
@@ -70,10 +69,10 @@ class RuleState:
         def signature(gs):
             return [(id(g.rule), g.indices) for g in gs]
 
-        retrace = set(keeps) != set(self.keeps) or signature(groups) != signature(
+        retrace = set(keeps) != set(self.by_index) or signature(groups) != signature(
             self.groups
         )
-        self.keeps, self.groups = keeps, tuple(groups)
+        self.by_index, self.groups = keeps, tuple(groups)
         return retrace
 
     def in_step_from(self, step, prepared):
@@ -152,67 +151,22 @@ class RuleState:
             return set()
         return {
             i
-            for i in self.keeps
+            for i in self.by_index
             if traits.keeps_dropped_entries_at_zero(optimizer, variables[i])
         }
-
-    def prepare(self, step, optimizer, variables, frozen, declared, settle, xla=False):
-        """Outside the step, before a call that starts at optimizer `step`.
-
-        Applies each rule that the step leaves out and whose last update is
-        `step`; with `settle` (a newly traced step), also sets every dropped
-        entry to +0.0, weights and (unless the step is compiled with XLA,
-        which relies on no state: `zeroed`) the state `optimizer` keeps for
-        them (`settle`). Returns False, doing nothing, when a rule left out of
-        the step may still update after `step` (the optimizer went back, e.g.
-        to an earlier backup): the step must be planned again.
-
-        Args:
-          step: the optimizer step the call starts at.
-          optimizer: the step's optimizer.
-          variables: the step's variables, in its order.
-          frozen, declared: as for `rule_update.apply`.
-          settle: whether the step was traced anew.
-          xla: whether the step is compiled with XLA (`jit_compile=True`).
-        """
-        applied = self.due_at(step)
-        if applied is None:
-            return False
-        if not (applied or settle):
-            return True
-        handles = [paths.handle(v) for v in variables]
-        state = {} if xla else traits.zeroable_state(optimizer, variables, self.keeps)
-        if applied:
-            fresh = {
-                i: traits.fresh_state(optimizer, variables[i])
-                for i in self.regrowing_indices(applied)
-            }
-            rule_update.apply(
-                self,
-                tf.constant(step, tf.int64),
-                handles,
-                frozen,
-                declared,
-                state,
-                only=applied,
-                fresh=fresh,
-            )
-        if settle:
-            self.settle(handles, frozen, state)
-        return True
 
     def load(self, values):
         """Assigns keep masks `{position: bool array}`; returns those it has none for."""
         rest = {}
         for index, value in values.items():
-            keep = self.keeps.get(index)
+            keep = self.by_index.get(index)
             if keep is None or tuple(keep.shape) != np.shape(value):
                 rest[index] = value
             else:
                 keep.assign(np.asarray(value, bool))
         return rest
 
-    def settle(self, variables, frozen, state):
+    def settle(self, variables, left_out, state):
         """Sets every dropped entry to +0.0, in the weights and in `state` (eagerly).
 
         Outside the step, before the first call of a newly traced one: a
@@ -223,11 +177,12 @@ class RuleState:
 
         Args:
           variables: the step's `tf.Variable`s, in its order.
-          frozen: positions left out of the step.
-          state: `{position: [variables of its shape]}`, as for `apply`.
+          left_out: positions left out of the step.
+          state: `{position: [variables of its shape]}`, the optimizer state
+            zeroed with the weights (`maskfit.optim.traits.zeroable_state`).
         """
-        for index, keep in self.keeps.items():
-            if index in frozen:
+        for index, keep in self.by_index.items():
+            if index in left_out:
                 continue
             for target in (variables[index],) + tuple(state.get(index, ())):
                 target.assign(mask_state.where_masked(target, keep))
