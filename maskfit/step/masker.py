@@ -25,9 +25,8 @@ __all__ = ["FUSE_MIN_ENTRIES", "GradientMasker"]
 
 # Compiling the masked update with XLA in a graph-mode step pays when the
 # update is memory-bound: below this many entries in the masked variables that
-# learn, the XLA call's own cost (about 0.5 ms a step on a 2-core CPU) is more
-# than the snapshot copy and select it saves (about 1.4 ms per million guarded
-# entries under AdamW); docs/performance.md has the measurements.
+# learn, the XLA call's own fixed cost is more than the snapshot copy and select
+# it saves; docs/performance.md has the measurements this threshold comes from.
 FUSE_MIN_ENTRIES = 1 << 19
 
 

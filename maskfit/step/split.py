@@ -4,8 +4,9 @@ A rule that updates every `delta_t` steps is a conditional in the step. XLA
 passes whatever a conditional's branches read or write through it as
 operands and results, in every step, so the optimizer's update can no longer
 write the variables in place in one fused pass: with the rule's update in the
-step, a RigL step compiled with XLA cost 1.3 of a static-mask step whether it
-updated or not (docs/sparse_training.md, "Step time").
+step, a RigL step compiled with XLA cost clearly more than a static-mask step,
+whether it updated or not (docs/sparse_training.md, "Step time", has the
+measurements).
 
 So when `applies`, the lifecycle has Keras trace its train function without
 XLA, and `MaskedTraining.train_step` there only dispatches (`SplitStep`): it
