@@ -70,7 +70,7 @@ class Config:
     num_layers: int = 3
     num_heads: int = 4
     intermediate_dim: int = 128
-    pretrain_steps: int = 2500
+    pretrain_steps: int = 4000
     pretrain_learning_rate: float = 2e-3
     batch_size: int = 32
     train_per_class: int = 64
