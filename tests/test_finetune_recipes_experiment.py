@@ -75,7 +75,7 @@ def test_cli_rejects_bad_flags_before_writing(tmp_path):
     cases = [
         ("--epochs=0", "`epochs`, expected a positive integer"),
         ("--methods=full,lora", "expected some of full, head"),
-        ("--seeds=a", "--seeds takes comma-separated ints"),
+        ("--seeds=a", "--seeds takes comma-separated integers"),
         ("--decay=2", "`decay`, expected a number in (0, 1]"),
     ]
     argvs = [
@@ -89,4 +89,4 @@ def test_cli_rejects_bad_flags_before_writing(tmp_path):
         assert message in outcome["output"], (flag, outcome["output"][-2000:])
         assert not (tmp_path / str(i)).exists(), flag
     assert outcomes[-1]["code"] != 0
-    assert "--workdir is required" in outcomes[-1]["output"]
+    assert "--workdir must have a value" in outcomes[-1]["output"]

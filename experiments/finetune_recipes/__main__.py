@@ -1,49 +1,20 @@
-"""`python -m experiments.finetune_recipes --workdir DIR`: flags into a Config, then run."""
+r"""`python -m experiments.finetune_recipes --workdir DIR`: flags into a Config, then run.
 
-import dataclasses
+Example:
 
-from absl import app, flags, logging
+  python -m experiments.finetune_recipes --workdir=/tmp/finetune_recipes
+  python -m experiments.finetune_recipes --methods=full,bitfit --seeds=0 \
+      --workdir=/tmp/quick
+"""
 
-from experiments import common
+from absl import app, logging
+
+from experiments.common import cli
 from experiments.finetune_recipes import lib
 
-HELPS = {
-    "length": "Bytes per snippet and per pretraining window.",
-    "hidden_dim": "Width of the GPT-2 backbone.",
-    "num_layers": "Transformer layers of the backbone.",
-    "num_heads": "Attention heads.",
-    "intermediate_dim": "Width of the feed-forward layers.",
-    "pretrain_steps": "Steps of next-byte pretraining.",
-    "pretrain_learning_rate": "AdamW learning rate of pretraining.",
-    "batch_size": "Batch size of pretraining and fine-tuning.",
-    "train_per_class": "Training snippets per package (small data).",
-    "test_per_class": "Test snippets per package (from other files).",
-    "epochs": "Fine-tuning epochs.",
-    "learning_rate": "AdamW learning rate of fine-tuning (every method).",
-    "weight_decay": "AdamW weight decay of fine-tuning.",
-    "decay": "Layer-wise learning-rate decay per block.",
-    "sparse_steps": "Steps of the short full pass that chooses sparse entries.",
-    "seeds": "Seeds; each method runs once per seed.",
-    "methods": f"Methods to compare, 'full' among them: {', '.join(lib.METHODS)}.",
-    "isolate": "Run each method in a fresh process (its own peak memory).",
-}
-LISTS = {"seeds": int, "methods": str}
 
-WORKDIR = flags.DEFINE_string("workdir", None, "Where to write the results.")
-FLAGS = common.define_config_flags(lib.Config, HELPS, LISTS)
-
-
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    if not WORKDIR.value:
-        raise app.UsageError("--workdir is required.")
-    try:
-        config = lib.Config(**common.flag_values(FLAGS, LISTS))
-    except ValueError as e:
-        raise app.UsageError(str(e)) from None
-    metrics = lib.run(config, WORKDIR.value)
-    logging.info("config %s", dataclasses.asdict(config))
+def _log(config, metrics, workdir):
+    del config
     for name, m in metrics["methods"].items():
         logging.info(
             "%s accuracy %.3f +- %.3f learnable %d step %.1f ms",
@@ -54,9 +25,14 @@ def main(argv):
             m["step_ms"],
         )
     logging.info(
-        "wall %.0f s, cpu %.0f s", metrics["wall_seconds"], metrics["cpu_seconds"]
+        "wall %.0f s, cpu %.0f s; results in %s",
+        metrics["wall_seconds"],
+        metrics["cpu_seconds"],
+        workdir,
     )
 
+
+main = cli.config_main(lib.Config, lib.run, show=_log, choices=None)
 
 if __name__ == "__main__":
     app.run(main)

@@ -1,8 +1,8 @@
 """The finetune_recipes experiment as a library: `run(config, workdir)`.
 
 Pretrains a small keras_hub GPT-2 on offline text (next byte), then fine-tunes
-it to tell which standard-library package a snippet of source comes from,
-with each recipe in turn, for several seeds: accuracy, learnable entries,
+it to tell whether a snippet of standard-library source is code, a docstring
+or a comment, with each recipe in turn, for several seeds: accuracy, learnable entries,
 step time and peak memory against full fine-tuning.
 """
 
@@ -38,20 +38,45 @@ METHODS = (
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """What one run does; every field is a flag of `python -m experiments.finetune_recipes`."""
+    """What one run does; every field is a flag of `python -m experiments.finetune_recipes`.
 
-    length: int = 64
+    Attributes:
+      length: Bytes per snippet and per pretraining window.
+      hidden_dim: Width of the GPT-2 backbone.
+      num_layers: Transformer layers of the backbone.
+      num_heads: Attention heads.
+      intermediate_dim: Width of the feed-forward layers.
+      pretrain_steps: Steps of next-byte pretraining.
+      pretrain_learning_rate: AdamW learning rate of pretraining.
+      batch_size: Batch size of pretraining and fine-tuning.
+      train_per_class: Training snippets per class (small data).
+      test_per_class: Test snippets per class (from other files).
+      epochs: Fine-tuning epochs.
+      learning_rate: AdamW learning rate of fine-tuning (every method).
+      weight_decay: AdamW weight decay of fine-tuning.
+      decay: Layer-wise learning-rate decay per block.
+      sparse_steps: Steps of the short full pass that chooses sparse entries.
+      seeds: Seeds; each method runs once per seed.
+      methods: Methods to compare, 'full' among them: full, head, bitfit,
+        layerwise, gradual, sparse_1, sparse_10, lp_ft.
+      isolate: Run each method in a fresh process (its own peak memory).
+
+    Example:
+      >>> config = Config(seeds=(0,), methods=("full", "bitfit"))
+    """
+
+    length: int = 128
     hidden_dim: int = 64
     num_layers: int = 3
     num_heads: int = 4
     intermediate_dim: int = 128
-    pretrain_steps: int = 600
+    pretrain_steps: int = 4000
     pretrain_learning_rate: float = 2e-3
     batch_size: int = 32
-    train_per_class: int = 48
-    test_per_class: int = 200
-    epochs: int = 8
-    learning_rate: float = 1e-3
+    train_per_class: int = 64
+    test_per_class: int = 150
+    epochs: int = 10
+    learning_rate: float = 2e-3
     weight_decay: float = 0.01
     decay: float = 0.7
     sparse_steps: int = 9
@@ -126,14 +151,14 @@ def run(config, workdir):
             context = multiprocessing.get_context("spawn")
             with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
                 methods[method] = pool.submit(
-                    _method_runs, config, weights, method
+                    _method_runs, config, weights, method, task
                 ).result()
         else:
             methods[method] = _method_runs(config, weights, method, task)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     metrics = {
         "pretrain_loss": pretrain_loss,
-        "chance": 1 / len(data.PACKAGES),
+        "chance": 1 / len(data.CLASSES),
         "methods": report.summarize(methods),
         "wall_seconds": time.perf_counter() - wall,
         "cpu_seconds": time.process_time()
@@ -210,12 +235,8 @@ class _StepTimes(keras.callbacks.Callback):
         self.times.append(time.perf_counter() - self._start)
 
 
-def _method_runs(config, weights, method, task=None):
+def _method_runs(config, weights, method, task):
     """Every seed of one method: `{"runs": [...], "peak_rss_mb": ...}`."""
-    if task is None:
-        task = data.snippet_task(
-            config.train_per_class, config.test_per_class, config.length, seed=0
-        )
     runs = [_finetune(config, weights, method, seed, task) for seed in config.seeds]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"runs": runs, "peak_rss_mb": peak if config.isolate else None}
@@ -228,7 +249,7 @@ def _finetune(config, weights, method, seed, task):
     backbone.load_weights(weights)
     inputs = _inputs(config)
     pooled = keras.layers.GlobalAveragePooling1D()(backbone(inputs))
-    head = keras.layers.Dense(len(data.PACKAGES), name="head")
+    head = keras.layers.Dense(len(data.CLASSES), name="head")
     model = maskfit.MaskedModel(inputs, head(pooled))
     model.compile(
         optimizer=keras.optimizers.AdamW(
@@ -285,7 +306,7 @@ def _declare(config, method, model, head, steps, x, y):
             batch_size=config.batch_size,
         )
     elif method == "lp_ft":
-        maskfit.probe_then_finetune(model, head, switch_step=steps // 2)
+        maskfit.probe_then_finetune(model, head, switch_step=max(1, steps // 2))
 
 
 def _learnable(model, variables):

@@ -88,7 +88,7 @@ def write(metrics, workdir):
     axes.set_xlabel("learnable entries at the end (% of the model)")
     axes.set_ylabel("test accuracy (%), mean ± std over seeds")
     axes.set_title(
-        "Fine-tuning recipes on a byte-level GPT-2 (stdlib package of a snippet)"
+        "Fine-tuning recipes on a byte-level GPT-2 (code, docstring or comment?)"
     )
     axes.legend(fontsize=8)
     figure.tight_layout()
