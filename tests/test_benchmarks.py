@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+
 from benchmarks.step_time import lib as harness
 
 # Graph mode only: jit compiles each of the 12 contenders again and doubles

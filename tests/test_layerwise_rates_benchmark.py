@@ -6,6 +6,7 @@ import os
 
 import keras
 import pytest
+
 from benchmarks.layerwise_rates import lib
 
 # Graph mode only: jit compiles each contender again; the mode is one

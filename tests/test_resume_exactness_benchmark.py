@@ -2,6 +2,7 @@
 those of test_exact_resume.py)."""
 
 import pytest
+
 from benchmarks.resume_exactness import lib
 
 TINY = dict(

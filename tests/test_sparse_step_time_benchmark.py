@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+
 from benchmarks.sparse_step_time import lib
 
 # Graph mode only: jit compiles every contender again for no new check.

@@ -12,9 +12,9 @@ import json
 
 import numpy as np
 import pytest
+
 from benchmarks.shrunk_latency import lib as shrunk_latency_lib
 from benchmarks.structured_vs_torch_pruning import lib as structured_lib
-
 from experiments.common import model_cost
 from experiments.common.structured import models as sm
 from experiments.common.structured import train as structured_train
@@ -159,6 +159,7 @@ _ARCHITECTURES = [
 def test_keras_counts_what_torch_pruning_counts(arch):
     import torch
     import torch_pruning as tp
+
     from benchmarks.structured_vs_torch_pruning import torch_models
 
     macs, params = tp.utils.count_ops_and_params(
@@ -178,6 +179,7 @@ def test_keras_counts_what_torch_pruning_counts(arch):
 )
 def test_both_frameworks_compute_the_same_network_from_the_same_weights(arch):
     import torch
+
     from benchmarks.structured_vs_torch_pruning import torch_models
 
     x = np.random.default_rng(0).standard_normal((5, arch.features)).astype(np.float32)

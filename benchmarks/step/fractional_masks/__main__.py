@@ -12,8 +12,8 @@ learning rate). docs/learning_rates.md holds the table.
 """
 
 from absl import app
-from benchmarks.fractional_masks import lib
 
+from benchmarks.fractional_masks import lib
 from experiments.common import cli
 
 

@@ -1,6 +1,6 @@
 from absl import app, flags
-from benchmarks.freezing import lib
 
+from benchmarks.freezing import lib
 from experiments.common import cli
 
 # Internal: one memory measurement, run by `lib.measure_memory` in a process

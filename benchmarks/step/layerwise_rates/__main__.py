@@ -1,8 +1,8 @@
 import dataclasses
 
 from absl import app, logging
-from benchmarks.layerwise_rates import lib
 
+from benchmarks.layerwise_rates import lib
 from experiments.common import cli
 
 

@@ -1,6 +1,6 @@
 from absl import app
-from benchmarks.sparse_step_time import lib
 
+from benchmarks.sparse_step_time import lib
 from experiments.common import cli
 
 main = cli.config_main(

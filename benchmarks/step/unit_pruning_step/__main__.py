@@ -1,6 +1,6 @@
 from absl import app
-from benchmarks.unit_pruning_step import lib
 
+from benchmarks.unit_pruning_step import lib
 from experiments.common import cli
 
 main = cli.config_main(

@@ -1,6 +1,6 @@
 from absl import app
-from benchmarks.pruning_vs_tfmot import lib
 
+from benchmarks.pruning_vs_tfmot import lib
 from experiments.common import cli
 
 main = cli.config_main(

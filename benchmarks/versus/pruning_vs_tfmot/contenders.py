@@ -16,7 +16,6 @@ Importing TF-MOT sets TF_USE_LEGACY_KERAS=1, which only changes what
 """
 
 from benchmarks.pruning_vs_tfmot import task
-
 from maskfit import pruning
 
 __all__ = ["CONTENDERS", "KerasRun", "MaskfitRun", "TfKerasRun", "TfmotRun"]

@@ -16,10 +16,10 @@ import platform
 import statistics
 
 import numpy as np
-from benchmarks.pruning_vs_tfmot import task
-from benchmarks.pruning_vs_tfmot.contenders import CONTENDERS
 
 from benchmarks import harness
+from benchmarks.pruning_vs_tfmot import task
+from benchmarks.pruning_vs_tfmot.contenders import CONTENDERS
 
 SCENARIOS = task.SCENARIOS
 

@@ -1,6 +1,6 @@
 from absl import app, flags, logging
-from benchmarks.resume_exactness import lib
 
+from benchmarks.resume_exactness import lib
 from experiments.common import cli
 
 # Internal: one child run, started by `lib.run` in a process of its own, with

@@ -14,6 +14,7 @@ r"""Times the seeds' own code against the experiments that reproduce them, in on
 """
 
 from absl import app, flags
+
 from benchmarks.seed_scenarios.runs import (
     ours,
     ours_learnable_scale,

@@ -1,6 +1,6 @@
 from absl import app
-from benchmarks.shrunk_latency import lib
 
+from benchmarks.shrunk_latency import lib
 from experiments.common import cli, datasets
 
 main = cli.config_main(

@@ -1,6 +1,6 @@
 from absl import app
-from benchmarks.structured_vs_torch_pruning import lib
 
+from benchmarks.structured_vs_torch_pruning import lib
 from experiments.common import cli
 
 main = cli.config_main(

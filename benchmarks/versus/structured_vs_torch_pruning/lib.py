@@ -27,9 +27,9 @@ import time
 from typing import ClassVar
 
 from absl import logging
-from benchmarks.shrunk_latency import lib as shrunk_latency_lib
 
 from benchmarks import harness
+from benchmarks.shrunk_latency import lib as shrunk_latency_lib
 from experiments.common import report as common_report
 from experiments.common.structured.config import StructuredConfig
 

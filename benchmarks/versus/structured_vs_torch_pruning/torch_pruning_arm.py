@@ -22,8 +22,8 @@ import time
 import numpy as np
 import torch
 import torch_pruning as tp
-from benchmarks.structured_vs_torch_pruning import torch_models, torch_train
 
+from benchmarks.structured_vs_torch_pruning import torch_models, torch_train
 from experiments.common import latency
 from experiments.common.structured import train as structured_train
 from experiments.common.structured import widths as structured_widths
