@@ -8,6 +8,11 @@
 - `gate`: the `backprop=True` gate on a layer's outputs.
 - `rules`: `MaskRule` (keep masks recomputed in the step, e.g. pruning),
   `set_rule` / `get_rule`.
+- `layerwise`: `layerwise_decay`, `layerwise_depths` (multipliers decay^depth),
+  over `depth`, which finds the blocks of any model.
+- `recipes`: fine-tuning recipes over the masks (`bitfit`, `train_only`,
+  `train_embedding_rows`, `sparse_finetune`, `probe_then_finetune`).
 - `config`: masks and rules in a model's config, by layer path.
+- `config_value`: `ConfigValue`, equality and repr from `get_config()`.
 - `version`: the one counter that changes when any declaration does.
 """

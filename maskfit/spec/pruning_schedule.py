@@ -14,11 +14,12 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import checks
+from maskfit.spec.config_value import ConfigValue
 
 __all__ = ["ConstantSparsity", "PolynomialDecay", "PruningSchedule"]
 
 
-class PruningSchedule(abc.ABC):
+class PruningSchedule(ConfigValue, abc.ABC):
     """Base class of pruning schedules: `schedule(step) -> (should_prune, sparsity)`.
 
     A schedule says, for a training step, whether the masks are recomputed in
@@ -163,16 +164,6 @@ class PruningSchedule(abc.ABC):
         if set(config) == {"class_name", "config"}:
             config = config["config"]
         return cls(**config)
-
-    def __eq__(self, other):
-        return type(self) is type(other) and self.get_config() == other.get_config()
-
-    def __hash__(self):
-        return hash(type(self).__name__)
-
-    def __repr__(self):
-        arguments = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
-        return f"{type(self).__name__}({arguments})"
 
 
 @keras.saving.register_keras_serializable(package="maskfit")

@@ -10,10 +10,12 @@ members. Scores run in TensorFlow ops, inside the training step.
 import keras
 import tensorflow as tf
 
+from maskfit.spec.config_value import ConfigValue
+
 __all__ = ["Importance", "MagnitudeImportance", "TaylorImportance", "get_importance"]
 
 
-class Importance:
+class Importance(ConfigValue):
     """Base class: a score for every entry of a variable (higher is kept).
 
     A unit's score is the sum of the scores of the entries that go with it.
@@ -64,16 +66,6 @@ class Importance:
     @classmethod
     def from_config(cls, config):
         return cls(**config)
-
-    def __eq__(self, other):
-        return type(self) is type(other) and self.get_config() == other.get_config()
-
-    def __hash__(self):
-        return hash(type(self).__name__)
-
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
-        return f"{type(self).__name__}({args})"
 
 
 @keras.saving.register_keras_serializable(package="maskfit")
