@@ -334,6 +334,11 @@ def coupling_of(layer):
             )
         return found
     if found is None:
+        from maskfit.structured import couplings_hub
+
+        found = couplings_hub.coupling_for(layer)
+        if found is not None:
+            return found
         base = _LOOKUP.builtin_base(cls)
         if base is not None and not isinstance(_LOOKUP.builtin(base), Refused):
             return Refused(
