@@ -333,6 +333,13 @@ def coupling_of(layer):
                 " expected a maskfit.pruning.Coupling (e.g. UnitCoupling)."
             )
         return found
+    if found is None and not isinstance(layer, keras.layers.Layer):
+        found = record.builtin_op(cls)
+        if found is None:
+            return Refused(
+                f"is a keras.ops call ({cls.__name__}) that maskfit has no"
+                " coupling for, so which channels it mixes is unknown"
+            )
     if found is None:
         from maskfit.structured import couplings_hub
 

@@ -167,7 +167,8 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
                 new = _rebuild(layer, inner, shrunk, pairs, made)
             else:
                 new = _new_layer(layer, shrunk)
-                pairs.append((layer, new))
+                if isinstance(layer, keras.layers.Layer):
+                    pairs.append((layer, new))  # keras.ops calls have no weights
             made[id(layer)] = new
         result = new(*args, **kwargs)
         for tensor, value in zip(call.outputs, keras.tree.flatten(result)):
