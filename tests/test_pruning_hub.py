@@ -7,6 +7,9 @@ masked model's (rtol 1e-5 of the output's scale), as a functional model and,
 with `uniform=True`, as a keras_hub class that loads without maskfit.
 """
 
+import time
+
+import keras
 import numpy as np
 import pytest
 
@@ -154,3 +157,64 @@ def test_llama_fit_prunes_gradually_and_loads_without_maskfit(tmp_path, uniform)
         tmp_path / "small.keras", tmp_path / "inputs.npz", tmp_path / "expected.npy"
     )
     assert loaded == ("MistralBackbone" if uniform else "Functional")
+
+
+# name: (heads removable, the class shrink(uniform=True) gives at half of both)
+BACKBONES = {
+    "llama": (True, "MistralBackbone"),
+    "gemma": (True, "GemmaBackbone"),
+    "bert": (False, "BertBackbone"),
+    "gpt2": (False, "GPT2Backbone"),
+    "vit": (False, "ViTBackbone"),
+}
+_REFUSED_HEADS = "derives its head size from hidden_dim // num_heads"
+
+
+@pytest.mark.parametrize("name", sorted(BACKBONES))
+def test_backbone_one_shot_half(name):
+    model, inputs = hub_cases.build(name)
+    started = time.perf_counter()
+    selection = pruning.select_units(model, 0.5)
+    heads, uniform_class = BACKBONES[name]
+    spaces = _blocks(selection.graph)
+    removed = selection.removed()
+    for space in spaces:
+        gone = removed.get(space.layer.name, {}).get(space.name, [])
+        if space.kind == "units" or heads:
+            assert len(gone) == space.size // 2, (space, gone)
+        else:
+            assert not gone
+            assert _REFUSED_HEADS in selection.graph.explain(space.layer)
+    expected = hub_cases.masked_outputs(selection, inputs)
+    small = pruning.shrink(model, selection)
+    hub_cases.assert_close(hub_cases.outputs(small, inputs), expected)
+    same = pruning.shrink(model, selection, uniform=True)
+    assert type(same).__name__ == uniform_class
+    hub_cases.assert_close(hub_cases.outputs(same, inputs), expected)
+    ratio = hub_cases.block_params(same) / hub_cases.block_params(model)
+    print(f"{name}: params {ratio:.3f} of dense, {time.perf_counter() - started:.1f} s")
+    assert ratio <= (0.6 if heads else 0.7), ratio
+
+
+@pytest.mark.parametrize("name", sorted(BACKBONES) + ["resnet"])
+def test_backbone_prunes_in_fit(name):
+    model, inputs = hub_cases.build(name)
+    pruned = pruning.prune_units(
+        model, pruning.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=3, frequency=1)
+    )
+    expected_shapes = [tuple(y.shape) for y in keras.tree.flatten(model(inputs))]
+    targets = [np.zeros(s, "float32") for s in expected_shapes]
+    pruned.compile(optimizer="adam", loss=["mse"] * len(targets))
+    pruned.fit(inputs, targets if len(targets) > 1 else targets[0], epochs=4, verbose=0)
+    removed = pruning.unit_selection(pruned).removed()
+    assert removed
+    small = pruning.shrink(pruned)
+    hub_cases.assert_close(
+        hub_cases.outputs(small, inputs), hub_cases.outputs(pruned, inputs)
+    )
+    if name != "resnet":
+        same = pruning.shrink(pruned, uniform=True)
+        assert type(same).__name__ == BACKBONES[name][1]
+        hub_cases.assert_close(
+            hub_cases.outputs(same, inputs), hub_cases.outputs(pruned, inputs)
+        )

@@ -258,11 +258,12 @@ class HubBlock(Coupling):
             node_ids = space.first + ids[name]
             kernel = _weight(dense, "kernel")
             graph.slice(layer, kernel, spec.head_axes[name], node_ids)
-            sliced.append((kernel, spec.head_axes[name], node_ids))
+            closes = name == "attention_output"
+            sliced.append((kernel, spec.head_axes[name], node_ids, closes))
             bias = _weight(dense, "bias")
             if bias is not None and name in spec.bias_axis:
                 graph.slice(layer, bias, spec.bias_axis[name], node_ids, scored=False)
-                sliced.append((bias, spec.bias_axis[name], node_ids))
+                sliced.append((bias, spec.bias_axis[name], node_ids, False))
         graph.note(
             layer, prefix + "kv", (space.first + kv_ids) if kv_ids is not None else None
         )
@@ -296,16 +297,16 @@ class HubBlock(Coupling):
             return None
         kernel = _weight(output, "kernel")
         space = graph.new_space(layer, prefix + "units", kernel.shape[0])
-        sliced = [(kernel, 0, space.ids)]
+        sliced = [(kernel, 0, space.ids, True)]
         graph.slice(layer, kernel, 0, space.ids)
         for dense in inputs:
             own = _weight(dense, "kernel")
             graph.slice(layer, own, -1, space.ids)
-            sliced.append((own, len(own.shape) - 1, space.ids))
+            sliced.append((own, len(own.shape) - 1, space.ids, False))
             bias = _weight(dense, "bias")
             if bias is not None:
                 graph.slice(layer, bias, 0, space.ids, scored=False)
-                sliced.append((bias, 0, space.ids))
+                sliced.append((bias, 0, space.ids, False))
         return space, sliced
 
     def counts(self, layer, shrunk):

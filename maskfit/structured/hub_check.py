@@ -4,7 +4,7 @@ A block's coupling says which entries of its sublayers' variables belong to
 each head and FFN unit. `check` runs the block on random inputs with random
 weights (the block's own are never touched: `keras.StatelessScope`), sets
 one unit's entries to 0 and asks the gradients: the output must depend on
-none of that unit's entries any more (its query weights reach no output once
+none of that unit's entries any more, but through its output projection's (its query weights reach no output once
 its output rows are 0, its key and value weights reach no query head that
 stays, its FFN column reaches nothing once its output row is 0); and every entry
 that zeroing the unit cuts off from the output must be one the coupling gave
@@ -63,15 +63,15 @@ def _gradients(layer, x, values, zeroed, seed):
 
 
 def _problem(layer, x, values, space, sliced, node, before, seed):
-    zeroed = [(v, axis, np.flatnonzero(ids == node)) for v, axis, ids in sliced]
+    zeroed = [(v, axis, np.flatnonzero(ids == node)) for v, axis, ids, _ in sliced]
     after = _gradients(layer, x, values, zeroed, seed)
     # Relative to the largest gradient: below 1e-6 is float rounding (a key
     # bias's, which softmax cancels); a path cut by a zero weight gives 0.
     scale = max(float(np.max(np.abs(g))) for g in before.values())
     declared = {}
-    for variable, axis, positions in zeroed:
+    for (variable, axis, positions), (*_, closes) in zip(zeroed, sliced):
         taken = np.take(after[id(variable)], positions, axis=axis)
-        if np.any(np.abs(taken) > 1e-6 * scale):
+        if not closes and np.any(np.abs(taken) > 1e-6 * scale):
             return (
                 f"with unit {node - space.first} of {space.name} set to 0, the output"
                 f" still depends on its entries of '{variable.path}'"
@@ -99,8 +99,11 @@ def check(graph, call, spaces, seed=0):
     Args:
       graph: the `DependencyGraph` being built.
       call: the block's `CallUnits` (its first input's shape is used).
-      spaces: `[(space, [(variable, axis, ids)])]`: each space and the
-        entries its coupling gave its nodes.
+      spaces: `[(space, [(variable, axis, ids, closes)])]`: each space and
+        the entries its coupling gave its nodes; `closes` marks the output
+        projection's, which cut the unit off (their own gradient is the
+        unit's output: with one key/value head shared, a zeroed query head
+        still attends, uniformly).
     """
     layer = call.layer
     rng = np.random.default_rng(seed)

@@ -21,26 +21,30 @@ __all__ = ["block_config", "config_of", "same_class"]
 
 
 def config_of(layer):
-    """`layer.get_config()`, or, where keras_hub's raises, its `__init__` arguments.
+    """`layer.get_config()` as `from_config` takes it, for keras_hub's layers too.
 
-    (keras_hub 0.32's `LlamaTransformerDecoder.get_config` reads an attribute
-    it never sets.)
+    Where keras_hub's `get_config` raises (0.32's `LlamaTransformerDecoder`
+    reads an attribute it never sets), the config is read from the layer's
+    `__init__` arguments; keys its `__init__` does not take (0.32's
+    `ViTPatchingAndEmbedding` writes `num_patches`) are left out.
     """
-    try:
+    if couplings_hub.hub_class_name(layer) is None:
         return layer.get_config()
+    parameters = inspect.signature(type(layer).__init__).parameters
+    try:
+        config = layer.get_config()
     except AttributeError:
-        if couplings_hub.hub_class_name(layer) is None:
-            raise
-    config = keras.layers.Layer.get_config(layer)
-    for name in inspect.signature(type(layer).__init__).parameters:
-        if name not in ("self", "kwargs") and hasattr(layer, name):
-            value = getattr(layer, name)
-            if isinstance(value, keras.initializers.Initializer):
-                value = keras.initializers.serialize(value)
-            elif callable(value):
-                value = keras.activations.serialize(value)
-            config[name] = value
-    return config
+        config = keras.layers.Layer.get_config(layer)
+        for name in parameters:
+            if name not in ("self", "kwargs") and hasattr(layer, name):
+                value = getattr(layer, name)
+                if isinstance(value, keras.initializers.Initializer):
+                    value = keras.initializers.serialize(value)
+                elif callable(value):
+                    value = keras.activations.serialize(value)
+                config[name] = value
+    base = keras.layers.Layer.get_config(layer)
+    return {k: v for k, v in config.items() if k in parameters or k in base}
 
 
 def block_config(model, shrunk):
