@@ -159,15 +159,31 @@ def test_llama_fit_prunes_gradually_and_loads_without_maskfit(tmp_path, uniform)
     assert loaded == ("MistralBackbone" if uniform else "Functional")
 
 
-# name: (heads removable, the class shrink(uniform=True) gives at half of both)
+# name: the class shrink(uniform=True) gives at half the heads and FFN units
+# (None: the blocks' class derives its head size, so only uniform=False
+# shrinks their heads, into stock Keras layers), with FFN units only.
 BACKBONES = {
-    "llama": (True, "MistralBackbone"),
-    "gemma": (True, "GemmaBackbone"),
-    "bert": (False, "BertBackbone"),
-    "gpt2": (False, "GPT2Backbone"),
-    "vit": (False, "ViTBackbone"),
+    "llama": ("MistralBackbone", "LlamaBackbone"),
+    "gemma": ("GemmaBackbone", "GemmaBackbone"),
+    "bert": (None, "BertBackbone"),
+    "gpt2": (None, "GPT2Backbone"),
+    "vit": (None, "ViTBackbone"),
 }
+
+
 _REFUSED_HEADS = "derives its head size from hidden_dim // num_heads"
+
+
+def _shrinks_uniformly(name, model, selection, expected, inputs):
+    uniform_class = BACKBONES[name][0]
+    if uniform_class is None:
+        with pytest.raises(ValueError, match="derive their head size"):
+            pruning.shrink(model, selection, uniform=True)
+        return None
+    same = pruning.shrink(model, selection, uniform=True)
+    assert type(same).__name__ == uniform_class
+    hub_cases.assert_close(hub_cases.outputs(same, inputs), expected)
+    return same
 
 
 @pytest.mark.parametrize("name", sorted(BACKBONES))
@@ -175,25 +191,34 @@ def test_backbone_one_shot_half(name):
     model, inputs = hub_cases.build(name)
     started = time.perf_counter()
     selection = pruning.select_units(model, 0.5)
-    heads, uniform_class = BACKBONES[name]
-    spaces = _blocks(selection.graph)
     removed = selection.removed()
-    for space in spaces:
+    for space in _blocks(selection.graph):
         gone = removed.get(space.layer.name, {}).get(space.name, [])
-        if space.kind == "units" or heads:
-            assert len(gone) == space.size // 2, (space, gone)
-        else:
-            assert not gone
-            assert _REFUSED_HEADS in selection.graph.explain(space.layer)
+        assert len(gone) == space.size // 2, (space, gone)
     expected = hub_cases.masked_outputs(selection, inputs)
     small = pruning.shrink(model, selection)
     hub_cases.assert_close(hub_cases.outputs(small, inputs), expected)
+    same = _shrinks_uniformly(name, model, selection, expected, inputs)
+    ratio = hub_cases.block_params(same or small) / hub_cases.block_params(model)
+    seconds = time.perf_counter() - started
+    print(f"{name}: params {ratio:.3f} of dense, select+shrink {seconds:.1f} s")
+    assert ratio <= 0.6, ratio
+
+
+@pytest.mark.parametrize("name", sorted(BACKBONES))
+def test_backbone_ffn_only_keeps_its_class(name):
+    model, inputs = hub_cases.build(name)
+    graph = pruning.DependencyGraph(model)
+    units = {}
+    for space in _blocks(graph):
+        if space.kind == "units":
+            chosen = list(range(0, space.size, 2))
+            units.setdefault(space.layer.name, {})[space.name] = chosen
+    selection = pruning.UnitSelection.removing(graph, units)
     same = pruning.shrink(model, selection, uniform=True)
-    assert type(same).__name__ == uniform_class
+    assert type(same).__name__ == BACKBONES[name][1]
+    expected = hub_cases.masked_outputs(selection, inputs)
     hub_cases.assert_close(hub_cases.outputs(same, inputs), expected)
-    ratio = hub_cases.block_params(same) / hub_cases.block_params(model)
-    print(f"{name}: params {ratio:.3f} of dense, {time.perf_counter() - started:.1f} s")
-    assert ratio <= (0.6 if heads else 0.7), ratio
 
 
 @pytest.mark.parametrize("name", sorted(BACKBONES) + ["resnet"])
@@ -206,15 +231,63 @@ def test_backbone_prunes_in_fit(name):
     targets = [np.zeros(s, "float32") for s in expected_shapes]
     pruned.compile(optimizer="adam", loss=["mse"] * len(targets))
     pruned.fit(inputs, targets if len(targets) > 1 else targets[0], epochs=4, verbose=0)
-    removed = pruning.unit_selection(pruned).removed()
-    assert removed
+    selection = pruning.unit_selection(pruned)
+    assert selection.removed()
+    expected = hub_cases.outputs(pruned, inputs)
     small = pruning.shrink(pruned)
-    hub_cases.assert_close(
-        hub_cases.outputs(small, inputs), hub_cases.outputs(pruned, inputs)
-    )
+    hub_cases.assert_close(hub_cases.outputs(small, inputs), expected)
     if name != "resnet":
-        same = pruning.shrink(pruned, uniform=True)
-        assert type(same).__name__ == BACKBONES[name][1]
-        hub_cases.assert_close(
-            hub_cases.outputs(same, inputs), hub_cases.outputs(pruned, inputs)
+        _shrinks_uniformly(name, pruned, selection, expected, inputs)
+
+
+@pytest.mark.parametrize(
+    "name, uniform",
+    [("gemma", True), ("bert", False)]
+    + [
+        pytest.param(n, u, marks=pytest.mark.slow)
+        for n, u in [("gpt2", False), ("resnet", False)]
+    ]
+    + [
+        pytest.param(
+            "vit",
+            False,
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.xfail(
+                    strict=True,
+                    reason="keras_hub 0.32's ViTPatchingAndEmbedding.get_config writes"
+                    " num_patches, which its __init__ refuses: a functional model"
+                    " holding it does not load (ViTBackbone's own config does)",
+                ),
+            ],
         )
+    ],
+)
+def test_backbone_shrunk_loads_without_maskfit(tmp_path, name, uniform):
+    model, inputs = hub_cases.build(name)
+    selection = pruning.select_units(model, 0.5)
+    small = pruning.shrink(model, selection, uniform=uniform)
+    expected = hub_cases.masked_outputs(selection, inputs)
+    small.save(tmp_path / "small.keras")
+    hub_cases.save_inputs(inputs, tmp_path / "inputs.npz")
+    np.save(tmp_path / "expected.npy", expected)
+    loaded = hub_cases.loads_without_maskfit(
+        tmp_path / "small.keras", tmp_path / "inputs.npz", tmp_path / "expected.npy"
+    )
+    assert loaded == type(small).__name__
+
+
+@pytest.mark.parametrize("name, heads", [("mistral", True), ("qwen", False)])
+def test_other_decoders(name, heads):
+    model, inputs = hub_cases.build(name)
+    selection = pruning.select_units(model, 0.5)
+    removed = selection.removed()["transformer_layer_0"]
+    assert len(removed["units"]) == 16
+    assert len(removed.get("heads", [])) == (1 if heads else 0)
+    if not heads:  # Qwen derives its head size and has no twin: they stay
+        assert _REFUSED_HEADS in selection.graph.explain("transformer_layer_0")
+    expected = hub_cases.masked_outputs(selection, inputs)
+    for uniform in (False, True):
+        small = pruning.shrink(model, selection, uniform=uniform)
+        hub_cases.assert_close(hub_cases.outputs(small, inputs), expected)
+    assert type(small) is type(model)

@@ -58,6 +58,7 @@ def block_config(model, shrunk):
     for layer in internals.sublayers(model):
         coupling = couplings_lib.coupling_of(layer)
         if isinstance(coupling, couplings_hub.HubBlock):
+            _check_heads(model, layer, coupling, shrunk)
             for counts in coupling.counts(layer, shrunk):
                 found.setdefault(tuple(sorted(counts.items())), []).append(layer.name)
             head_sizes.add(couplings_hub.head_size(layer, coupling.spec))
@@ -78,6 +79,25 @@ def block_config(model, shrunk):
     if len(head_sizes) == 1:
         config["head_dim"] = head_sizes.pop()
     return config
+
+
+def _check_heads(model, layer, coupling, shrunk):
+    spec = coupling.spec
+    name = type(layer).__name__
+    if spec.head_dim_key is not None or name in hub_twins.TWINS:
+        return
+    key = spec.attention.query_key
+    if any(
+        c.get(key, getattr(layer, key)) != getattr(layer, key)
+        for c in coupling.counts(layer, shrunk)
+    ):
+        raise ValueError(
+            f"shrink(uniform=True): {type(model).__name__}'s blocks ({name})"
+            " derive their head size from hidden_dim // num_heads, so"
+            f" '{layer.name}' with fewer heads cannot be written in"
+            f" {type(model).__name__}'s config. Shrink with uniform=False: a"
+            " functional model of stock Keras layers."
+        )
 
 
 def same_class(origin, shrunk):
