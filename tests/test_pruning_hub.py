@@ -291,3 +291,29 @@ def test_other_decoders(name, heads):
         small = pruning.shrink(model, selection, uniform=uniform)
         hub_cases.assert_close(hub_cases.outputs(small, inputs), expected)
     assert type(small) is type(model)
+
+
+@pytest.mark.other_modes_slow
+def test_llama_removed_entries_stay_zero_in_every_mode(mode):
+    model, inputs = hub_cases.build("llama")
+    pruned = pruning.prune_units(
+        model, pruning.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=2, frequency=1)
+    )
+    pruned.compile(optimizer="adamw", loss="mse", **mode)
+    target = np.ones((2, hub_cases.SEQUENCE, 16), "float32")
+    pruned.fit(inputs, target, epochs=4, batch_size=2, verbose=0)
+    selection = pruning.unit_selection(pruned)
+    graph = selection.graph
+    checked = 0
+    for entry in graph.sliced_variables(trainable=True):
+        value = keras.ops.convert_to_numpy(entry.variable)
+        for axis, ids in entry.axes.items():
+            gone = ~graph.kept_positions(ids, selection.kept)
+            removed = np.compress(gone, value, axis=axis)
+            np.testing.assert_array_equal(removed, np.zeros_like(removed))
+            checked += removed.size
+    assert checked > 0
+    hub_cases.assert_close(
+        hub_cases.outputs(pruning.shrink(pruned, uniform=True), inputs),
+        hub_cases.outputs(pruned, inputs),
+    )
