@@ -317,3 +317,22 @@ def test_llama_removed_entries_stay_zero_in_every_mode(mode):
         hub_cases.outputs(pruning.shrink(pruned, uniform=True), inputs),
         hub_cases.outputs(pruned, inputs),
     )
+
+
+def test_cached_multi_head_attention_in_a_functional_graph():
+    inputs = keras.Input((5, 8))
+    hidden = keras.layers.Dense(8, name="dense")(inputs)
+    layer = keras_hub.layers.CachedMultiHeadAttention(
+        num_heads=4, key_dim=3, name="att"
+    )
+    model = keras.Model(inputs, keras.layers.Dense(2)(layer(hidden, hidden)))
+    text = pruning.DependencyGraph(model).explain("att")
+    assert "4 heads (heads): all removable" in text
+    selection = pruning.select_units(model, 0.5)
+    assert len(selection.removed()["att"]["heads"]) == 2
+    x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    small = pruning.shrink(model, selection)
+    assert small.get_layer("att").num_heads == 2
+    hub_cases.assert_close(
+        hub_cases.outputs(small, x), hub_cases.masked_outputs(selection, x)
+    )

@@ -155,6 +155,12 @@ def hub_class_name(layer):
 def coupling_for(layer):
     """The registered coupling of a keras_hub layer, or None."""
     name = hub_class_name(layer)
+    if name == "CachedMultiHeadAttention":
+        # keras.layers.MultiHeadAttention with a cache: without one (a graph
+        # call), the same computation, config and weights.
+        from maskfit.structured import couplings_sequence
+
+        return couplings_sequence.MultiHeadAttention()
     spec = SPECS.get(name)
     return None if spec is None else HubBlock(spec)
 
