@@ -321,7 +321,7 @@ def test_llama_removed_entries_stay_zero_in_every_mode(mode):
 
 def test_cached_multi_head_attention_in_a_functional_graph():
     inputs = keras.Input((5, 8))
-    hidden = keras.layers.Dense(8, name="dense")(inputs)
+    hidden = keras.layers.Dense(8, name="hidden")(inputs)
     layer = keras_hub.layers.CachedMultiHeadAttention(
         num_heads=4, key_dim=3, name="att"
     )
