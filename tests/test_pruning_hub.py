@@ -336,3 +336,19 @@ def test_cached_multi_head_attention_in_a_functional_graph():
     hub_cases.assert_close(
         hub_cases.outputs(small, x), hub_cases.masked_outputs(selection, x)
     )
+
+
+def test_gradient_check_has_no_false_cut_on_a_wider_block():
+    # 176k gate entries: a live gradient passes near 0 by chance; only an
+    # exact 0 is a cut (this once kept the heads of such a block).
+    model = keras_hub.models.LlamaBackbone(
+        vocabulary_size=100,
+        num_layers=1,
+        num_query_heads=8,
+        num_key_value_heads=2,
+        hidden_dim=256,
+        intermediate_dim=688,
+    )
+    text = pruning.DependencyGraph(model).explain("transformer_layer_0")
+    assert "2 heads (heads): all removable" in text, text
+    assert "688 units (units): all removable" in text, text

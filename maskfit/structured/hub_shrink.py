@@ -69,11 +69,13 @@ def block_config(model, shrunk):
             " many heads and FFN units as the others. Received: "
             + (
                 "; ".join(f"{dict(k)} in {v}" for k, v in found.items())
+                + ". Prune with a per-layer fraction (global_pruning=False), or"
+                " shrink with uniform=False for a functional model."
                 if found
-                else "no keras_hub transformer block"
+                else "no keras_hub transformer block, so its config says nothing"
+                " maskfit can shrink (a ResNetBackbone's widths are per stack)."
+                " Shrink with uniform=False for a functional model."
             )
-            + ". Prune with a per-layer fraction (global_pruning=False), or"
-            " shrink with uniform=False for a functional model."
         )
     config = dict(next(iter(found)))
     if len(head_sizes) == 1:
