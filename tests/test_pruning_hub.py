@@ -242,10 +242,14 @@ def test_backbone_prunes_in_fit(name):
 
 @pytest.mark.parametrize(
     "name, uniform",
-    [("gemma", True), ("bert", False)]
-    + [
+    [
         pytest.param(n, u, marks=pytest.mark.slow)
-        for n, u in [("gpt2", False), ("resnet", False)]
+        for n, u in [
+            ("gemma", True),
+            ("bert", False),
+            ("gpt2", False),
+            ("resnet", False),
+        ]
     ]
     + [
         pytest.param(
@@ -352,3 +356,22 @@ def test_gradient_check_has_no_false_cut_on_a_wider_block():
     text = pruning.DependencyGraph(model).explain("transformer_layer_0")
     assert "2 heads (heads): all removable" in text, text
     assert "688 units (units): all removable" in text, text
+
+
+def test_llama3_shrinks_into_the_twin_too():
+    model = keras_hub.models.Llama3Backbone(
+        vocabulary_size=50,
+        num_layers=2,
+        num_query_heads=4,
+        num_key_value_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+    )
+    _, inputs = hub_cases.build("llama")
+    lm = keras_hub.models.Llama3CausalLM(backbone=model, preprocessor=None)
+    selection = pruning.select_units(lm, 0.5)
+    small = pruning.shrink(lm, selection, uniform=True)
+    assert type(small).__name__ == "MistralCausalLM"
+    hub_cases.assert_close(
+        hub_cases.outputs(small, inputs), hub_cases.masked_outputs(selection, inputs)
+    )
