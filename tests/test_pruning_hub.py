@@ -375,3 +375,9 @@ def test_llama3_shrinks_into_the_twin_too():
     hub_cases.assert_close(
         hub_cases.outputs(small, inputs), hub_cases.masked_outputs(selection, inputs)
     )
+
+
+def test_uniform_needs_a_keras_hub_model():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8)])
+    with pytest.raises(ValueError, match="rebuilds a keras_hub model's own class"):
+        pruning.shrink(model, uniform=True)

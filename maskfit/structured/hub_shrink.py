@@ -114,8 +114,16 @@ def same_class(origin, shrunk):
         a `MaskedModel` was made from: it holds the same variables).
       shrunk: the `_Shrunk` of the selection.
     """
+    if couplings_hub.hub_class_name(origin) is None:
+        raise ValueError(
+            f"shrink(uniform=True) rebuilds a keras_hub model's own class, and"
+            f" '{origin.name}' is a {type(origin).__name__}, made from no keras_hub"
+            " model in this process (prune_units remembers the one it was given;"
+            " a pruned model loaded from a file does not). Shrink with"
+            " uniform=False for a functional model."
+        )
     backbone = getattr(origin, "backbone", None)
-    if isinstance(backbone, keras.Model) and couplings_hub.hub_class_name(origin):
+    if isinstance(backbone, keras.Model):
         small = _backbone(backbone, shrunk)
         cls = type(origin)
         if type(small) is not type(backbone):
