@@ -96,9 +96,27 @@ def shrink(model, selection=None):
 
 
 def _new_layer(layer, shrunk):
+    if not isinstance(layer, keras.layers.Layer):
+        return _new_operation(layer, shrunk)
     config = copy.deepcopy(layer.get_config())
     config = couplings_lib.coupling_of(layer).shrink_config(layer, config, shrunk)
     return type(layer).from_config(_unbuilt(config))
+
+
+def _new_operation(operation, shrunk):
+    """A keras.ops call's operation, rebuilt from its config as its coupling cuts it.
+
+    An operation without a config (Keras raises for some) holds no state and
+    no coupling of it changes a config: the same one is called again.
+    """
+    try:
+        config = copy.deepcopy(operation.get_config())
+    except Exception:  # noqa: BLE001 - no config: nothing of it to cut
+        return operation
+    coupling = couplings_lib.coupling_of(operation)
+    return type(operation).from_config(
+        coupling.shrink_config(operation, config, shrunk)
+    )
 
 
 def _unbuilt(config):
