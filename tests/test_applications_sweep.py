@@ -10,12 +10,14 @@ reason `explain` gives. A few small models run in the default suite; the
 whole sweep is `slow` (.ci/run).
 """
 
+import coupling_checks
 import keras
 import numpy as np
 import pytest
 import structured_models as models
 
 import maskfit
+from maskfit import internals
 
 pruning = maskfit.pruning
 
@@ -126,3 +128,21 @@ def test_application_prunes_to_half_one_shot_and_in_fit(name):
     selection = pruning.unit_selection(pruned)
     assert 0.4 <= _removed_fraction(selection) <= 0.6
     _assert_same_outputs(pruned, pruning.shrink(pruned), selection, x)
+
+
+def test_the_layers_applications_define_for_themselves_are_coupled():
+    classes = internals.application_layer_classes()
+    assert set(classes) == {"CustomScaleLayer", "LayerScale"}
+    x = keras.Input((5, 5, 3))
+    a = keras.layers.Conv2D(8, 1, name="a")(x)
+    b = keras.layers.Conv2D(8, 1, name="b")(x)
+    h = classes["CustomScaleLayer"](0.2, name="residual")([a, b])
+    h = classes["LayerScale"](1e-2, 8, name="scale")(h)
+    model = models.functional(x, keras.layers.Dense(2, name="head")(h))
+    graph = pruning.DependencyGraph(model)
+    assert {g.layers for g in graph.groups} == {("a", "b")}
+    coupling_checks.check_graph(graph)
+    selection = pruning.select_units(model, 0.5)
+    small = pruning.shrink(model, selection)
+    assert small.get_layer("scale").projection_dim == 4
+    _assert_same_outputs(model, small, selection, models._x((2, 5, 5, 3)))
