@@ -228,3 +228,17 @@ def test_every_op_record_names_a_keras_operation():
             assert "axis" in parameters, name
         if isinstance(coupling, couplings_ops.Moves) and coupling.resizes:
             assert coupling.resizes in parameters, name
+
+
+def test_a_branch_joined_to_a_stream_keeps_a_unit_whatever_the_ranking():
+    x = keras.Input((4,))
+    small_branch = L.Dense(2, name="small_branch")(x)
+    big_branch = L.Dense(6, name="big_branch")(x)
+    stream = L.Dense(8, name="stream")(x)
+    joined = L.Add()([L.Concatenate()([small_branch, big_branch]), stream])
+    model = models.functional(x, L.Dense(2, name="head")(joined))
+    model.get_layer("small_branch").kernel.assign(np.zeros((4, 2)) + 1e-6)
+    selection = pruning.select_units(model, 0.75)
+    small = pruning.shrink(model, selection)
+    assert small.get_layer("small_branch").units == 1
+    _assert_same_outputs(model, small, selection, models._x((3, 4)))
