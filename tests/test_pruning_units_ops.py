@@ -230,7 +230,7 @@ def test_every_op_record_names_a_keras_operation():
             assert coupling.resizes in parameters, name
 
 
-def test_a_branch_joined_to_a_stream_keeps_a_unit_whatever_the_ranking():
+def _branches():
     x = keras.Input((4,))
     small_branch = L.Dense(2, name="small_branch")(x)
     big_branch = L.Dense(6, name="big_branch")(x)
@@ -238,7 +238,25 @@ def test_a_branch_joined_to_a_stream_keeps_a_unit_whatever_the_ranking():
     joined = L.Add()([L.Concatenate()([small_branch, big_branch]), stream])
     model = models.functional(x, L.Dense(2, name="head")(joined))
     model.get_layer("small_branch").kernel.assign(np.zeros((4, 2)) + 1e-6)
+    return model
+
+
+def test_a_branch_joined_to_a_stream_keeps_a_unit_whatever_the_ranking():
+    model = _branches()
     selection = pruning.select_units(model, 0.75)
     small = pruning.shrink(model, selection)
     assert small.get_layer("small_branch").units == 1
     _assert_same_outputs(model, small, selection, models._x((3, 4)))
+
+
+def test_a_branch_joined_to_a_stream_keeps_a_unit_in_fit(mode):
+    model = _branches()
+    pruned = pruning.prune_units(
+        model, pruning.ConstantSparsity(0.75, begin_step=1, end_step=3, frequency=1)
+    )
+    pruned.compile(optimizer="sgd", loss="mse", **mode)
+    x = models._x((4, 4))
+    pruned.fit(x, np.zeros((4, 2)), batch_size=1, epochs=1, verbose=0)
+    small = pruning.shrink(pruned)
+    assert small.get_layer("small_branch").units == 1
+    _assert_same_outputs(pruned, small, pruning.unit_selection(pruned), x)
