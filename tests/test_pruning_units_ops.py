@@ -222,7 +222,9 @@ def test_every_op_record_names_a_keras_operation():
             if isinstance(value, type) and issubclass(value, keras.Operation):
                 classes.setdefault(name, value)
     assert sorted(set(op_kinds.OPS) - set(classes)) == []
-    for name, coupling in op_kinds.OPS.items():
+    for name, guarded in op_kinds.OPS.items():
+        assert isinstance(guarded, couplings_ops.Guarded), name
+        coupling = guarded.coupling
         parameters = inspect.signature(classes[name].__init__).parameters
         if isinstance(coupling, couplings_ops.Reduce):
             assert "axis" in parameters, name
@@ -260,3 +262,21 @@ def test_a_branch_joined_to_a_stream_keeps_a_unit_in_fit(mode):
     small = pruning.shrink(pruned)
     assert small.get_layer("small_branch").units == 1
     _assert_same_outputs(pruned, small, pruning.unit_selection(pruned), x)
+
+
+def test_an_op_whose_coupling_fails_keeps_its_units_and_says_why(monkeypatch):
+    from maskfit.kinds import record
+    from maskfit.structured import couplings_ops
+
+    class Broken(pruning.Coupling):
+        def couple(self, call, graph):
+            raise IndexError("an argument it did not expect")
+
+    monkeypatch.setitem(record._BUILTIN_OPS, "Add", couplings_ops.Guarded(Broken()))
+    x = keras.Input((4,))
+    h = L.Dense(8, name="hidden")(x) + 1.0
+    model = models.functional(x, L.Dense(2, name="head")(L.Dense(6, name="d")(h)))
+    text = pruning.DependencyGraph(model).explain("hidden")
+    assert "8 stay" in text and "an argument it did not expect" in text, text
+    small = pruning.shrink(model, pruning.select_units(model, 0.5))
+    assert small.get_layer("hidden").units == 8 and small.get_layer("d").units == 3
