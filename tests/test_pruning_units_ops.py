@@ -8,6 +8,8 @@ agree with the operations' gradients and `shrink` computes what the masked
 model computes, never an AttributeError.
 """
 
+import inspect
+
 import coupling_checks
 import keras
 import numpy as np
@@ -152,3 +154,129 @@ def test_prune_units_trains_through_ops(mode):
     small = pruning.shrink(pruned)
     assert small.get_layer("expand").filters == 4
     _assert_same_outputs(pruned, small, selection, x)
+
+
+# keras.ops calls on a (batch, 3, 8) tensor whose 8 channels are units: each
+# passes them on (checked against its gradients, and shrink computes the same).
+_PASSING = {
+    "abs": ops.abs,
+    "negative": ops.negative,
+    "square": ops.square,
+    "relu": ops.relu,
+    "gelu": ops.gelu,
+    "silu": ops.silu,
+    "tanh": ops.tanh,
+    "cast": lambda h: ops.cast(h, "float32"),
+    "clip": lambda h: ops.clip(h, -0.5, 0.5),
+    "where": lambda h: ops.where(h > 0, h, 0.1 * h),
+    "maximum": lambda h: ops.maximum(h, 0.0),
+    "divide": lambda h: h / 3.0,
+    "subtract": lambda h: 1.0 - h,
+    "softmax_other_axis": lambda h: ops.softmax(h, axis=1),
+    "mean": lambda h: ops.mean(h, axis=1),
+    "sum_keepdims": lambda h: ops.sum(h, axis=1, keepdims=True),
+    "max": lambda h: ops.max(h, axis=-2),
+    "std": lambda h: ops.std(h, axis=1),
+    "logsumexp": lambda h: ops.logsumexp(h, axis=1),
+    "transpose": lambda h: ops.transpose(h, (0, 2, 1)),
+    "expand_squeeze": lambda h: ops.squeeze(ops.expand_dims(h, 1), 1),
+    "flip": lambda h: ops.flip(h, axis=1),
+    "flip_units": lambda h: ops.flip(h, axis=-1),
+    "tile": lambda h: ops.tile(h, (1, 2, 1)),
+    "repeat": lambda h: ops.repeat(h, 2, axis=1),
+    "pad": lambda h: ops.pad(h, ((0, 0), (1, 1), (0, 0))),
+    "roll": lambda h: ops.roll(h, 1, axis=1),
+    "swapaxes": lambda h: ops.swapaxes(h, 1, 2),
+    "moveaxis": lambda h: ops.moveaxis(h, -1, 1),
+    "reshape": lambda h: ops.reshape(h, (-1, 24)),
+    "getitem": lambda h: h[:, 1:, :],
+    "getitem_reversed": lambda h: h[:, :, ::-1],
+    "concatenate": lambda h: ops.concatenate([h, h], axis=1),
+}
+
+
+@pytest.mark.parametrize("name", list(_PASSING))
+def test_each_passing_op_agrees_with_its_gradients_and_shrinks(name):
+    x = keras.Input((3, 4))
+    h = L.Dense(8, name="hidden")(x)
+    out = L.Flatten()(_PASSING[name](h))
+    model = models.functional(x, L.Dense(2, name="head")(out))
+    graph = pruning.DependencyGraph(model)
+    assert "all removable" in graph.explain("hidden"), graph.explain()
+    coupling_checks.check_graph(graph)
+    selection = pruning.select_units(model, 0.5)
+    small = pruning.shrink(model, selection)
+    assert small.get_layer("hidden").units == 4
+    _assert_same_outputs(model, small, selection, models._x((3, 3, 4)))
+
+
+def test_every_op_record_names_a_keras_operation():
+    from keras.src.ops import core, math, nn, numpy  # tests may read keras.src
+
+    from maskfit.kinds import ops as op_kinds
+    from maskfit.structured import couplings_ops
+
+    classes = {}
+    for module in (numpy, nn, math, core):
+        for name, value in vars(module).items():
+            if isinstance(value, type) and issubclass(value, keras.Operation):
+                classes.setdefault(name, value)
+    assert sorted(set(op_kinds.OPS) - set(classes)) == []
+    for name, guarded in op_kinds.OPS.items():
+        assert isinstance(guarded, couplings_ops.Guarded), name
+        coupling = guarded.coupling
+        parameters = inspect.signature(classes[name].__init__).parameters
+        if isinstance(coupling, couplings_ops.Reduce):
+            assert "axis" in parameters, name
+        if isinstance(coupling, couplings_ops.Moves) and coupling.resizes:
+            assert coupling.resizes in parameters, name
+
+
+def _branches():
+    x = keras.Input((4,))
+    small_branch = L.Dense(2, name="small_branch")(x)
+    big_branch = L.Dense(6, name="big_branch")(x)
+    stream = L.Dense(8, name="stream")(x)
+    joined = L.Add()([L.Concatenate()([small_branch, big_branch]), stream])
+    model = models.functional(x, L.Dense(2, name="head")(joined))
+    model.get_layer("small_branch").kernel.assign(np.zeros((4, 2)) + 1e-6)
+    return model
+
+
+def test_a_branch_joined_to_a_stream_keeps_a_unit_whatever_the_ranking():
+    model = _branches()
+    selection = pruning.select_units(model, 0.75)
+    small = pruning.shrink(model, selection)
+    assert small.get_layer("small_branch").units == 1
+    _assert_same_outputs(model, small, selection, models._x((3, 4)))
+
+
+def test_a_branch_joined_to_a_stream_keeps_a_unit_in_fit(mode):
+    model = _branches()
+    pruned = pruning.prune_units(
+        model, pruning.ConstantSparsity(0.75, begin_step=1, end_step=3, frequency=1)
+    )
+    pruned.compile(optimizer="sgd", loss="mse", **mode)
+    x = models._x((4, 4))
+    pruned.fit(x, np.zeros((4, 2)), batch_size=1, epochs=1, verbose=0)
+    small = pruning.shrink(pruned)
+    assert small.get_layer("small_branch").units == 1
+    _assert_same_outputs(pruned, small, pruning.unit_selection(pruned), x)
+
+
+def test_an_op_whose_coupling_fails_keeps_its_units_and_says_why(monkeypatch):
+    from maskfit.kinds import record
+    from maskfit.structured import couplings_ops
+
+    class Broken(pruning.Coupling):
+        def couple(self, call, graph):
+            raise IndexError("an argument it did not expect")
+
+    monkeypatch.setitem(record._BUILTIN_OPS, "Add", couplings_ops.Guarded(Broken()))
+    x = keras.Input((4,))
+    h = L.Dense(8, name="hidden")(x) + 1.0
+    model = models.functional(x, L.Dense(2, name="head")(L.Dense(6, name="d")(h)))
+    text = pruning.DependencyGraph(model).explain("hidden")
+    assert "8 stay" in text and "an argument it did not expect" in text, text
+    small = pruning.shrink(model, pruning.select_units(model, 0.5))
+    assert small.get_layer("hidden").units == 8 and small.get_layer("d").units == 3

@@ -21,6 +21,7 @@ module names a private member: `tests/test_internals.py` scans them.
 
 from maskfit.internals import data, graphs, models, optimizers
 from maskfit.internals.models import (
+    application_layer_classes,
     attention_output_dense,
     call_has_training_arg,
     compute_loss,
@@ -51,6 +52,7 @@ from maskfit.internals.optimizers import (
 __all__ = [
     "PRIVATE_MEMBERS",
     "OptimizerStructure",
+    "application_layer_classes",
     "attention_output_dense",
     "call_has_training_arg",
     "compute_loss",

@@ -79,6 +79,19 @@ PRIVATE_MEMBERS = (
         "the class of `ConvLSTM1D/2D/3D(...).cell`, which Keras does not"
         " export: the pruning registry names its prunable kernels.",
     ),
+    (
+        "keras.src.applications.inception_resnet_v2",
+        "CustomScaleLayer",
+        "the residual scaling layer of `keras.applications.InceptionResNetV2`"
+        " (`inputs[0] + inputs[1] * scale`), which Keras does not export:"
+        " structured pruning couples it as an element-wise merge.",
+    ),
+    (
+        "keras.src.applications.convnext",
+        "LayerScale",
+        "the per-channel scale of `keras.applications.ConvNeXt*` blocks, which"
+        " Keras does not export: structured pruning passes channels through it.",
+    ),
 )
 
 
@@ -175,6 +188,21 @@ def tracing_for_xla():
 def conv_lstm_cell_class():
     """Returns the cell class of Keras's `ConvLSTM1D/2D/3D` layers."""
     return _module("keras.src.layers.rnn.conv_lstm").ConvLSTMCell
+
+
+def application_layer_classes():
+    """`{name: class}` of the layers keras.applications defines without exporting.
+
+    `CustomScaleLayer` (InceptionResNetV2) and `LayerScale` (ConvNeXt); a
+    Keras release without one leaves it out.
+    """
+    found = {}
+    for where, member, _ in PRIVATE_MEMBERS:
+        if where.startswith("keras.src.applications."):
+            cls = getattr(_module(where), member, None)
+            if cls is not None:
+                found[member] = cls
+    return found
 
 
 def defining_class(cls, name):

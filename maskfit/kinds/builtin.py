@@ -8,6 +8,7 @@ gradients and against every class `keras.layers` exports.
 """
 
 from maskfit.kinds import (
+    applications,
     attention,
     conv,
     dense,
@@ -31,6 +32,7 @@ FAMILIES = (
     recurrent,
     attention,
     refused,
+    applications,
 )
 
 

@@ -37,13 +37,13 @@ _MOVING = (
 ).split()
 _MIXING = "Glu LogSoftmax Softmax Sparsemax".split()
 
-OPS = {name: couplings_passing.Merge() for name in _ELEMENTWISE}
-OPS.update({name: couplings_ops.Reduce() for name in _REDUCTIONS})
-OPS.update({name: couplings_ops.Moves() for name in _MOVING})
-OPS["Reshape"] = couplings_ops.Moves(resizes="newshape")
-OPS["Concatenate"] = couplings_passing.Concatenate()
-OPS["Normalize"] = couplings_passing.Statistics()
-OPS.update(
+_OPS = {name: couplings_passing.Merge() for name in _ELEMENTWISE}
+_OPS.update({name: couplings_ops.Reduce() for name in _REDUCTIONS})
+_OPS.update({name: couplings_ops.Moves() for name in _MOVING})
+_OPS["Reshape"] = couplings_ops.Moves(resizes="newshape")
+_OPS["Concatenate"] = couplings_passing.Concatenate()
+_OPS["Normalize"] = couplings_passing.Statistics()
+_OPS.update(
     {
         name: couplings_passing.Elementwise(
             lambda op: getattr(op, "axis", -1), "mixes them (a softmax over them)"
@@ -51,3 +51,5 @@ OPS.update(
         for name in _MIXING
     }
 )
+# A call the coupling cannot read (an unexpected argument) keeps its units.
+OPS = {name: couplings_ops.Guarded(coupling) for name, coupling in _OPS.items()}

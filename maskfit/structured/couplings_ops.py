@@ -21,7 +21,46 @@ from maskfit.structured import channel_map
 from maskfit.structured.couplings import Coupling
 from maskfit.structured.unit_nodes import TensorUnits
 
-__all__ = ["Moves", "Reduce"]
+__all__ = ["Guarded", "Moves", "Reduce"]
+
+
+class Guarded(Coupling):
+    """An operation's coupling that refuses, rather than fails, on a call it cannot read.
+
+    Operations take arguments of every kind (`ops.where(x)` with one argument
+    returns indices, not values): whatever stops a coupling keeps the units
+    the operation reads, with the error as the reason.
+    """
+
+    def __init__(self, coupling):
+        self.coupling = coupling
+
+    def couple(self, call, graph):
+        try:
+            made = self.coupling.couple(call, graph)
+        except Exception as error:  # noqa: BLE001 - an unreadable call keeps its units
+            return graph.refuse(
+                call.layer,
+                call.inputs,
+                f"could not be coupled ({type(error).__name__}: {error})",
+                call.num_outputs,
+            )
+        for tensor, units in zip(call.call.outputs, made):
+            shape = tuple(tensor.shape)
+            if units.ids is not None and (
+                not -len(shape) <= units.axis < 0 or shape[units.axis] != len(units.ids)
+            ):
+                return graph.refuse(
+                    call.layer,
+                    call.inputs,
+                    f"gives an output of shape {shape} that does not carry its"
+                    " input's channels",
+                    call.num_outputs,
+                )
+        return made
+
+    def shrink_config(self, layer, config, shrunk):
+        return self.coupling.shrink_config(layer, config, shrunk)
 
 
 def _negative(axis, rank):

@@ -163,7 +163,20 @@ class Merge(Coupling):
                 f"merges inputs of shapes {shapes} with units on different axes",
                 call.num_outputs,
             )
-        width = call.output_shape(0)[axis]
+        out_shape = call.output_shape(0)
+        width = out_shape[axis] if -len(out_shape) <= axis else None
+        if width is None or any(
+            _width(t.shape, axis) not in (1, width)
+            for t, u in zip(tensors, inputs)
+            if u.ids is not None
+        ):
+            return graph.refuse(
+                layer,
+                inputs,
+                f"gives an output of shape {out_shape[1:]} whose axis {axis} is not"
+                f" its inputs' channels (inputs {shapes})",
+                call.num_outputs,
+            )
         full = [u for t, u in zip(tensors, inputs) if _width(t.shape, axis) == width]
         base = next((u for u in full if u.ids is not None), None)
         for tensor, units in zip(tensors, inputs):

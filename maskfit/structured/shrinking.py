@@ -113,12 +113,30 @@ def shrink(model, selection=None, uniform=False):
 
 
 def _new_layer(layer, shrunk):
+    if not isinstance(layer, keras.layers.Layer):
+        return _new_operation(layer, shrunk)
     config = copy.deepcopy(hub_shrink.config_of(layer))
     coupling = couplings_lib.coupling_of(layer)
     if isinstance(coupling, couplings_hub.HubBlock):
         return coupling.rebuild(layer, _unbuilt(config), shrunk)
     config = _unbuilt(coupling.shrink_config(layer, config, shrunk))
     return type(layer).from_config(config)
+
+
+def _new_operation(operation, shrunk):
+    """A keras.ops call's operation, rebuilt from its config as its coupling cuts it.
+
+    An operation without a config (Keras raises for some) holds no state and
+    no coupling of it changes a config: the same one is called again.
+    """
+    try:
+        config = copy.deepcopy(operation.get_config())
+    except Exception:  # noqa: BLE001 - no config: nothing of it to cut
+        return operation
+    coupling = couplings_lib.coupling_of(operation)
+    return type(operation).from_config(
+        coupling.shrink_config(operation, config, shrunk)
+    )
 
 
 def _unbuilt(config):

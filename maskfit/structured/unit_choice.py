@@ -65,6 +65,8 @@ class UnitPlan:
         for each in self.variables:
             self.by_id[id(each.variable)] = each
             self.by_id[id(getattr(each.variable, "value", each.variable))] = each
+        # Per group, the atoms of each layer that holds some of the group's.
+        self.partial_layers = [_partial_layers(graph, g) for g in graph.groups]
 
 
 def _reduce_to(values, axis):
@@ -182,7 +184,40 @@ def choose(
         # Static shapes (XLA): each atom's place in the ranking, kept if < kept.
         place = tf.argsort(_rank(local), stable=True)
         keep = tf.tensor_scatter_nd_update(keep, atoms[:, None], place < kept)
+        keep = _every_layer_keeps_one(plan, group, scores, protected, keep)
     return keep
+
+
+def _every_layer_keeps_one(plan, group, scores, protected, keep):
+    """Keeps the best unit of each layer of `group` that the ranking left with none.
+
+    A layer whose units are some of the group's atoms (a branch of a
+    concatenation that a residual add joins to a stream) could lose all of
+    them to the group's ranking: it would be left with 0 filters.
+    """
+    for subset in plan.partial_layers[group.index]:
+        atoms = tf.constant(subset, tf.int32)
+        local = tf.where(
+            tf.gather(protected, atoms),
+            tf.constant(np.inf, scores.dtype),
+            tf.gather(scores, atoms),
+        )
+        best = tf.gather(atoms, tf.argmax(local, output_type=tf.int32))[None]
+        none = tf.logical_not(tf.reduce_any(tf.gather(keep, atoms)))
+        kept = tf.logical_or(tf.gather(keep, best), none)
+        keep = tf.tensor_scatter_nd_update(keep, best[:, None], kept)
+    return keep
+
+
+def _partial_layers(graph, group):
+    """The atoms of each layer of `group` that holds some, not all, of its atoms."""
+    found = []
+    for space in group.spaces:
+        atoms = graph.atoms_of(space.ids)
+        atoms = np.unique(atoms[atoms >= 0])
+        if 0 < len(atoms) < len(group.atoms):
+            found.append(atoms.astype(np.int32))
+    return found
 
 
 def _atom_step(per_atom, round_to):
