@@ -11,6 +11,12 @@ if tuple(int(part) for part in _keras.__version__.split(".")[:2]) < _MIN_KERAS:
         f' {_keras.__version__}. Upgrade it with `pip install -U "keras>=3.10"`.'
     )
 
+from maskfit import support as _support
+
+# Nothing of maskfit runs on another backend (torch, numpy, openvino): fail
+# here, naming the ones it runs on, rather than somewhere inside `fit`.
+_support.check_backend()
+
 from maskfit import distribute, layers, pruning, sparse, structured
 from maskfit.apply import apply_gradients
 from maskfit.backup import ExactBackupAndRestore
