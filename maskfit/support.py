@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import keras
 
+from maskfit import backend as backend_lib
+
 __all__ = [
     "BACKENDS",
     "FEATURES",
@@ -23,7 +25,7 @@ __all__ = [
     "runs_on",
 ]
 
-BACKENDS = ("tensorflow", "jax")
+BACKENDS = backend_lib.SUPPORTED
 """The Keras backends maskfit runs on; importing it under another one fails."""
 
 _ON_TENSORFLOW = "run it under KERAS_BACKEND=tensorflow"
