@@ -98,6 +98,7 @@ def test_gradual_unfreezing_0_then_a_tenth_then_1_in_one_trace():
 
     class Record(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
+            self.model.jax_state_sync()  # the values live in fit's state
             kernels.append(np.array(layers["a"].kernel))
 
     first = np.array(layers["a"].kernel)
