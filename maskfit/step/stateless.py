@@ -1,6 +1,7 @@
 """The masking stage as a pure function over values: `StatelessMasks` and `stateless_apply`.
 
-Backend-independent (`keras.ops` only): the JAX backend's training step and
+Backend-independent (`keras.ops` only; Keras's `stateless_apply`, which it
+calls, exists on JAX and PyTorch): the JAX backend's training step and
 `maskfit.apply_gradients` run it, and it is the function users `jax.jit` in
 a stateless loop. The masks are values too (`StatelessMasks`, read once on
 the host from the declarations), so a new mask is a new argument, not a
@@ -242,6 +243,8 @@ def stateless_apply(
 
     A pure function of its values: `jax.jit` it over the values and masks
     (the optimizer and the masks' structure are fixed when it is traced).
+    It runs where Keras's optimizers have `stateless_apply` (JAX, PyTorch);
+    on TensorFlow Keras refuses it: use `maskfit.apply_gradients` there.
 
     Args:
       optimizer: a built Keras optimizer.
@@ -257,6 +260,27 @@ def stateless_apply(
 
     Returns:
       `(new trainable values, new optimizer values)`, as lists.
+
+    Example:
+
+    >>> import keras, maskfit
+    >>> dense = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([1, 0]))
+    >>> model = keras.Sequential([keras.Input((3,)), dense])
+    >>> optimizer = keras.optimizers.AdamW(0.1)
+    >>> optimizer.build(model.trainable_variables)
+    >>> masks = maskfit.stateless_masks(model)
+    >>> values = [keras.ops.convert_to_tensor(v) for v in model.trainable_variables]
+    >>> grads = [keras.ops.ones(v.shape) for v in model.trainable_variables]
+    >>> state = [keras.ops.convert_to_tensor(v) for v in optimizer.variables]
+    >>> def held(values, new):  # kernel column 1 frozen, column 0 learns
+    ...     old, now = (keras.ops.convert_to_numpy(v[0]) for v in (values, new))
+    ...     return bool((now[:, 1] == old[:, 1]).all() and (now[:, 0] != old[:, 0]).all())
+    >>> if keras.backend.backend() == "tensorflow":  # Keras has no stateless_apply there
+    ...     print(True)
+    ... else:
+    ...     new, _ = maskfit.stateless_apply(optimizer, masks, state, grads, values)
+    ...     print(held(values, new))
+    True
     """
     optimizer_values = list(optimizer_values)
     trainable_values = list(trainable_values)
