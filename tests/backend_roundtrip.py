@@ -6,10 +6,13 @@ run this script in a subprocess (the JAX leg runs in the test's process):
 
     KERAS_BACKEND=tensorflow python tests/backend_roundtrip.py new OUT_DIR
     KERAS_BACKEND=tensorflow python tests/backend_roundtrip.py resume IN_DIR OUT_DIR
+    KERAS_BACKEND=tensorflow python tests/backend_roundtrip.py pruned OUT_DIR
 
 `new` builds the model, trains it with AdamW (weight decay: a frozen entry
 moves unless maskfit holds it), and saves it; `resume` loads a saved one,
-trains it on and saves it again. Each leg writes `model.keras` and
+trains it on and saves it again; `pruned` trains a model pruned by
+`prune_low_magnitude` and saves it (`report.json` and `model.keras`). Each
+leg of the round trip writes `model.keras` and
 `leg.npz`: every trainable variable's value and the masks' configs, read
 back by the next leg and by the test (`check_leg`).
 """
@@ -99,13 +102,20 @@ def slots(model):
     return {v.path: np.array(v.numpy()) for v in model.optimizer.variables}
 
 
+def layer_key(path):
+    """`layer/variable`: a path without the prefix a Sequential built in place
+    gives its layers' variables (`sequential/hidden/kernel`) and a loaded
+    one does not."""
+    return "/".join(path.split("/")[-2:])
+
+
 def report(model):
     """What the leg's model says: its summary's counts, loss and predictions."""
     x, y = data()
     table = maskfit.summary(model, print_fn=None)
     return {
         "summary": [
-            [row.path, row.params, row.learnable, row.mask_kind, row.pruned]
+            [layer_key(row.path), row.params, row.learnable, row.mask_kind, row.pruned]
             for row in table.rows
         ],
         "loss": float(model.evaluate(x, y, batch_size=8, verbose=0)),
@@ -128,15 +138,15 @@ def write_leg(model, out_dir):
         json.dump(int(model.optimizer.iterations.numpy()), f)
 
 
-def _read_npz(path):
+def read_npz(path):
     with np.load(path) as saved:
         return {k.replace("__", "/"): saved[k] for k in saved.files}
 
 
 def read_leg(out_dir):
     """`(values, optimizer variables, masks, optimizer step)` from `write_leg`."""
-    weights = _read_npz(os.path.join(out_dir, "leg.npz"))
-    optimizer = _read_npz(os.path.join(out_dir, "slots.npz"))
+    weights = read_npz(os.path.join(out_dir, "leg.npz"))
+    optimizer = read_npz(os.path.join(out_dir, "slots.npz"))
     with open(os.path.join(out_dir, "masks.json")) as f:
         saved_masks = json.load(f)
     with open(os.path.join(out_dir, "step.json")) as f:
@@ -183,6 +193,54 @@ def check_leg(model, before_dir):
         assert np.all(after[path][~keep_frozen] != weights[path][~keep_frozen]), path
 
 
+def pruned(out_dir):
+    """Prunes an MLP to 50% on TensorFlow, trains it, saves it and its report."""
+    import maskfit.pruning as pruning
+
+    keras.utils.set_random_seed(4)
+    model = pruning.prune_low_magnitude(
+        keras.Sequential(
+            [
+                keras.Input((5,)),
+                keras.layers.Dense(8, activation="relu", name="hidden"),
+                keras.layers.Dense(3, name="head"),
+            ]
+        ),
+        pruning.ConstantSparsity(0.5, begin_step=0, frequency=1),
+    )
+    model.compile(optimizer="adam", loss="mse")
+    train(model)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "report.json"), "w") as f:
+        json.dump(report(model), f)
+    model.save(os.path.join(out_dir, "model.keras"))
+    flat = {layer_key(p).replace("/", "__"): v for p, v in values(model).items()}
+    np.savez(os.path.join(out_dir, "leg.npz"), **flat)
+
+
+def run_on_tensorflow(*args):
+    """Runs this script's `args` in a TensorFlow subprocess; asserts it passed."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    env = dict(
+        os.environ,
+        KERAS_BACKEND="tensorflow",
+        PYTHONPATH=path,
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
+    result = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    assert f"{args[0]}: ok under tensorflow" in result.stdout
+
+
 def main(argv):
     command, *dirs = argv
     if command == "new":
@@ -194,12 +252,18 @@ def main(argv):
         # PiecewiseMask: the gate's unit 0 is frozen until step 6.
         np.testing.assert_array_equal(gate.numpy()[:, 0], unit_0)
         write_leg(model, dirs[0])
+    elif command == "pruned":
+        pruned(dirs[0])
+        print("pruned: ok under tensorflow")
+        return
     elif command == "resume":
         model = keras.saving.load_model(os.path.join(dirs[0], "model.keras"))
         check_leg(model, dirs[0])
         write_leg(model, dirs[1])
     else:
-        raise SystemExit(f"unknown command {command!r}: new OUT_DIR | resume IN OUT")
+        raise SystemExit(
+            f"unknown command {command!r}: new OUT | resume IN OUT | pruned OUT"
+        )
     print(f"{command}: ok under {keras.backend.backend()}")
 
 
