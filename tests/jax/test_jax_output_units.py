@@ -12,15 +12,16 @@ import pytest
 from test_output_units import (
     BATCH,
     CASES,
+    C,
     L,
     R,
     Transposed,
     _build,
     _inputs,
-    _slow,
 )
 
 import maskfit
+from maskfit.internals import versions
 
 
 def _cell_inputs(rnn, x_shape, rng):
@@ -85,18 +86,19 @@ def ground_truth(case, layer, draws=3, seed=1):
     return owners
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(c, id=c.id, marks=[pytest.mark.slow] if _slow(c.id) else [])
-        for c in CASES
-    ],
-)
+# Every case, channels_first ones too: the TensorFlow suite runs those with its
+# slow tests only because some CPUs' TensorFlow runs them only under XLA.
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
 def test_output_mask_is_correct_or_refused_on_every_keras_layer(case):
     layer, model = _build(case)
     frozen_units = np.arange(case.units) % 2 == 0
     spec = maskfit.OutputMask(np.where(frozen_units, 0.0, 1.0))
-    if case.verdict == R:
+    verdict = case.verdict
+    if case.id.endswith("-width-equals-filters"):
+        # A Keras TensorFlow quirk (the bias added along the last axis) that
+        # maskfit finds by running it; JAX adds it along the channels.
+        verdict = R if versions.adds_channels_first_bias_on_last_axis() else C
+    if verdict == R:
         with pytest.raises(ValueError) as info:
             maskfit.set_mask(layer, spec)
         message = str(info.value)
