@@ -193,7 +193,10 @@ def make_train_function(model, force=False):
     def train_step_with_masks(state, data):
         if compiled and state is not returned[0]:
             state = _unshared(state)
-        logs, returned[0] = step(state, data, model_masks(model))
+        cached = getattr(model, _CACHE_ATTR)
+        # The variables cannot change within `fit`: only a declaration can.
+        masks = cached[1] if cached[0][0] == version.current() else model_masks(model)
+        logs, returned[0] = step(state, data, masks)
         return logs, returned[0]
 
     model.train_function = internals.jax_trainer.step_function(

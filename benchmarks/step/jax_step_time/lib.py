@@ -7,7 +7,8 @@ unit of each Dense layer frozen) or a 90% `ElementMask` (on the kernel of every
 Dense and EinsumDense layer), each compiled with `jit_compile=True`. Each is
 timed through its own `train_function` (the function `fit` calls) on one fixed
 batch, round-robin (`benchmarks.harness.round_robin`), and reported as the
-median of per-round ratios to stock.
+median of per-round ratios to stock, of wall time and of the process's CPU
+time (which other processes on a shared machine sway less).
 """
 
 import dataclasses
@@ -22,7 +23,15 @@ import maskfit
 from benchmarks import harness
 from maskfit import internals
 
-COLUMNS = ("model", "mask", "step_ms", "ratio_median", "ratio_min", "ratio_max")
+COLUMNS = (
+    "model",
+    "mask",
+    "step_ms",
+    "ratio_median",
+    "ratio_min",
+    "ratio_max",
+    "cpu_ratio_median",
+)
 
 
 @dataclasses.dataclass
@@ -190,18 +199,22 @@ def _measure(config, model_name):
     contenders = [
         _contender(config, model_name, mask) for mask in ("none",) + config.masks
     ]
-    times, _ = harness.round_robin(contenders, config.repeats)
+    times, cpu_times = harness.round_robin(contenders, config.repeats)
     rows = []
     for contender in contenders:
         ratio, low, high = harness.paired_ratios(
             times, contender.key, (model_name, "none")
         )
+        cpu_ratio = harness.paired_ratios(
+            cpu_times, contender.key, (model_name, "none")
+        )[0]
         row = dict(zip(COLUMNS, contender.key))
         row.update(
             step_ms=1e3 * statistics.median(times[contender.key]),
             ratio_median=ratio,
             ratio_min=low,
             ratio_max=high,
+            cpu_ratio_median=cpu_ratio,
         )
         rows.append(row)
         logging.info(
@@ -217,12 +230,16 @@ def _measure(config, model_name):
 
 def format_table(rows):
     """Returns `rows` as a fixed-width text table, one line per contender."""
-    lines = [f"{'model':5} {'mask':7} {'ms/step':>8} {'ratio':>6} {'spread':>13}"]
+    lines = [
+        f"{'model':5} {'mask':7} {'ms/step':>8} {'ratio':>6} {'spread':>13}"
+        f" {'cpu ratio':>9}"
+    ]
     for row in rows:
         lines.append(
             f"{row['model']:5} {row['mask']:7} {row['step_ms']:8.2f}"
             f" {row['ratio_median']:6.3f}"
             f" [{row['ratio_min']:.3f},{row['ratio_max']:.3f}]"
+            f" {row['cpu_ratio_median']:9.3f}"
         )
     return "\n".join(lines)
 
