@@ -25,11 +25,18 @@ PRIVATE_MEMBERS = (
         " `fit` calls, running `steps_per_execution` steps; the masked train"
         " function is wrapped the same way.",
     ),
+)
+
+# Read where the Keras release has it, and not required: Keras 3.10 (the
+# oldest supported) has no `_get_state_sharding_spec`; `state_shardings`
+# then reads the same lists from the variables' public `.value.sharding`.
+OPTIONAL_MEMBERS = (
     (
         f"{_TRAINER}.JAXTrainer",
         "_get_state_sharding_spec",
         "the shardings of the state under a `keras.distribution`, which the"
-        " compiled step is given as its output shardings, as Keras does.",
+        " compiled step is given as its output shardings, as Keras does"
+        " (with its check that the state's shardings agree).",
     ),
 )
 
@@ -48,7 +55,20 @@ def step_function(model, step):
 
 def state_shardings(model):
     """The shardings of `(trainable, non-trainable, optimizer, metrics)` state."""
-    return model._get_state_sharding_spec()
+    getter = getattr(model, "_get_state_sharding_spec", None)
+    if getter is not None:
+        return getter()
+    optimizer = getattr(model, "optimizer", None)
+    optimizer_variables = [] if optimizer is None else optimizer.variables
+    return tuple(
+        [v.value.sharding for v in variables]
+        for variables in (
+            model.trainable_variables,
+            model.non_trainable_variables,
+            optimizer_variables,
+            model.metrics_variables,
+        )
+    )
 
 
 def missing_members():
