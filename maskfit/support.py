@@ -72,7 +72,7 @@ FEATURES = {
         _ON_TENSORFLOW,
     ),
     "structured_oneshot": Feature(
-        "`maskfit.structured`: `select_units` (weight importances), `shrink`",
+        "`select_units` (weight importances), `shrink`, `strip_pruning`",
         _BOTH,
     ),
     "data_parallel": Feature(
