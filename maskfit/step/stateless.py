@@ -12,10 +12,12 @@ retrace. One step, in the order Keras's `BaseOptimizer.apply` runs its own:
    entries are dropped too);
 3. `optimizer.stateless_apply`, with learning-rate multipliers
    (`maskfit.optim.stateless_rates`);
-4. every frozen entry of the variable, and of each optimizer slot of the
-   variable's shape (momentum, Adam's moments, accumulated gradients), is
-   put back from its value before the update: `where(frozen, old, new)`,
-   bit for bit; its EMA average gets the variable's old value, so that
+4. around it, every assignment to a masked variable, or to one of its
+   optimizer slots of the variable's shape (momentum, Adam's moments,
+   accumulated gradients), keeps the frozen entries as they are:
+   `where(frozen, current, new)`, bit for bit, fused by XLA into the update
+   that made the value (the state is still updated in place); its EMA
+   average takes the variable's value there, so that
    `finalize_variable_values` cannot move it either.
 
 Slots of another shape (Adafactor's factored second moments) are shared by
@@ -191,49 +193,78 @@ def mask_gradients(masks, selected, gradients):
     return gradients
 
 
-def _slot_positions(optimizer, variables):
-    """Per variable position: `(slots, average)` in `optimizer.variables`.
+def _slots(optimizer, variables):
+    """Per variable: `(slots, average)`, the optimizer variables that hold per entry.
 
-    `slots` are the positions of its per-entry slots (the variable's shape);
-    `average` is that of its EMA average, or None. Read on the host, from
-    the optimizers within `optimizer`; cached on it.
+    `slots` are its per-entry slots (of its shape: momentum, Adam's moments,
+    accumulated gradients); `average` its EMA average, or None. Read on the
+    host from the optimizers within `optimizer`; cached on it.
     """
-    key = (tuple(id(v) for v in variables), len(optimizer.variables))
+    key = (tuple(id(v) for v in variables), tuple(id(v) for v in optimizer.variables))
     cache = getattr(optimizer, "_maskfit_stateless_slots", None)
     if cache is not None and cache[0] == key:
         return cache[1]
-    where = {id(v): i for i, v in enumerate(optimizer.variables)}
-    slots = collections.defaultdict(list)
-    averages = {}
+    slots, averages = collections.defaultdict(list), {}
     for each in internals.optimizers_within(optimizer):
         if not each.built:
             continue
         ema = {id(a) for a in internals.ema_averages_by_variable(each).values()}
         found, _ = internals.optimizer_state(each)
         for (_, variable_id), slot in found.items():
-            if id(slot) not in where:
-                continue
             if id(slot) in ema:
-                averages[variable_id] = where[id(slot)]
+                averages[variable_id] = slot
             else:
-                slots[variable_id].append(where[id(slot)])
-    positions = [
+                slots[variable_id].append(slot)
+    found = [
         (
-            tuple(
-                s
-                for s in slots.get(id(v), ())
-                if tuple(optimizer.variables[s].shape) == tuple(v.shape)
-            ),
+            [s for s in slots.get(id(v), ()) if tuple(s.shape) == tuple(v.shape)],
             averages.get(id(v)),
         )
         for v in variables
     ]
-    internals.set_untracked(optimizer, "_maskfit_stateless_slots", (key, positions))
-    return positions
+    internals.set_untracked(optimizer, "_maskfit_stateless_slots", (key, found))
+    return found
 
 
-def _hold(frozen, old, new):
-    return keras.ops.where(frozen, old, new)
+class _Held:
+    """While active, every assignment to a held variable keeps its frozen entries.
+
+    Each `assign` (and `assign_add`, `assign_sub`) of a variable, or of one
+    of its slots, inside the optimizer's update writes `where(frozen,
+    current, new)`: frozen entries keep the value they have, so they hold
+    through every stage of the update (weight decay, the step, EMA
+    overwrite, gradient accumulation); an EMA average takes the variable's
+    value there. Each `where` sits next to the update that made its value,
+    so XLA fuses it there, and the state is still updated in place.
+    """
+
+    def __init__(self, holds):
+        self._holds = holds  # [(variable, frozen, source or None)]
+        self._undo = []
+
+    def __enter__(self):
+        for variable, frozen, source in self._holds:
+
+            def assign(
+                value,
+                variable=variable,
+                frozen=frozen,
+                source=source,
+                original=variable.assign,
+            ):
+                current = (variable if source is None else source).value
+                value = keras.ops.convert_to_tensor(value, variable.dtype)
+                current = keras.ops.cast(current, value.dtype)
+                return original(keras.ops.where(frozen, current, value))
+
+            self._undo.append(internals.set_method(variable, "assign", assign))
+        return self
+
+    def __exit__(self, *exc_info):
+        for undo in reversed(self._undo):
+            undo()
+        self._undo = []
+        return False
 
 
 def stateless_apply(
@@ -299,30 +330,23 @@ def stateless_apply(
         for position, m, scale in zip(masks.positions, selected, masks.scales)
         if scale == "step" and keras.backend.standardize_dtype(m.dtype) != "bool"
     }
-    with stateless_rates.scaled(
-        optimizer, {id(variables[p]): m for p, m in multipliers.items()}
-    ):
-        new_trainable, new_optimizer = optimizer.stateless_apply(
-            optimizer_values, gradients, trainable_values
-        )
-    new_trainable, new_optimizer = list(new_trainable), list(new_optimizer)
     held = dict(
         zip(masks.positions, (keras.ops.logical_not(_keeps(m)) for m in selected))
     )
     for position, gradient in enumerate(gradients):
         if gradient is None:
-            held[position] = True  # no gradient: no update at all
-    slots = _slot_positions(optimizer, variables) if held else ()
+            held[position] = keras.ops.convert_to_tensor(True)  # no update at all
+    holds = []
+    slots = _slots(optimizer, variables) if held else ()
     for position, frozen in held.items():
-        old = trainable_values[position]
-        new_trainable[position] = _hold(frozen, old, new_trainable[position])
+        variable = variables[position]
         own, average = slots[position]
-        for s in own:
-            new_optimizer[s] = _hold(frozen, optimizer_values[s], new_optimizer[s])
+        holds += [(variable, frozen, None)] + [(s, frozen, None) for s in own]
         if average is not None:
-            new_optimizer[average] = _hold(
-                frozen,
-                keras.ops.cast(old, new_optimizer[average].dtype),
-                new_optimizer[average],
-            )
-    return new_trainable, new_optimizer
+            holds.append((average, frozen, variable))
+    scaled = {id(variables[p]): m for p, m in multipliers.items()}
+    with stateless_rates.scaled(optimizer, scaled), _Held(holds):
+        new_trainable, new_optimizer = optimizer.stateless_apply(
+            optimizer_values, gradients, trainable_values
+        )
+    return list(new_trainable), list(new_optimizer)
