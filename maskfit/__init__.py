@@ -11,6 +11,13 @@ if tuple(int(part) for part in _keras.__version__.split(".")[:2]) < _MIN_KERAS:
         f' {_keras.__version__}. Upgrade it with `pip install -U "keras>=3.10"`.'
     )
 
+from maskfit import support as _support
+
+# Nothing of maskfit runs on another backend (torch, numpy, openvino): fail
+# here, naming the ones it runs on, rather than somewhere inside `fit`.
+_support.check_backend()
+
+from maskfit import backend as _backend
 from maskfit import distribute, layers, pruning, sparse, structured
 from maskfit.apply import apply_gradients
 from maskfit.backup import ExactBackupAndRestore
@@ -33,6 +40,7 @@ from maskfit.spec.recipes import (
     train_only,
 )
 from maskfit.spec.schedule import PiecewiseMask
+from maskfit.step.stateless import StatelessMasks, stateless_apply, stateless_masks
 from maskfit.summary import Summary, SummaryRow, summary
 from maskfit.units.declaration import SHARED, OutputUnits, units_along
 from maskfit.units.lookup import register_output_units
@@ -40,6 +48,9 @@ from maskfit.units.lookup import register_output_units
 # What maskfit knows about each Keras layer class, one record per class,
 # registered once for units, pruning and structured pruning to look up.
 _builtin_kinds.install()
+# The backend's own parts (on JAX: the masks' pytree registration).
+if _backend.NAME in _backend.SUPPORTED:
+    _backend.current()
 
 __all__ = [
     "apply_gradients",
@@ -67,6 +78,9 @@ __all__ = [
     "SHARED",
     "sparse",
     "sparse_finetune",
+    "stateless_apply",
+    "stateless_masks",
+    "StatelessMasks",
     "structured",
     "summary",
     "Summary",

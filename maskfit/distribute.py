@@ -9,6 +9,8 @@ here: build and compile it under any strategy's `scope()` and its masks hold.
 import keras
 import tensorflow as tf
 
+from maskfit import support
+
 __all__ = [
     "PRECISIONS",
     "STRATEGIES",
@@ -61,6 +63,7 @@ def make_strategy(name, logical_devices=None):
         positive integer or is given for another strategy than `"mirrored"`.
       RuntimeError: when `logical_devices` is given after TensorFlow has
         initialized its devices.
+      NotImplementedError: under a Keras backend other than TensorFlow.
 
     Example:
 
@@ -68,6 +71,7 @@ def make_strategy(name, logical_devices=None):
     >>> strategy.num_replicas_in_sync
     1
     """
+    support.require("strategies")
     _check_name(name, STRATEGIES, "strategy")
     if logical_devices is not None:
         if name != "mirrored":

@@ -6,6 +6,8 @@ import inspect
 import keras
 import tensorflow as tf
 
+from maskfit import support
+
 
 def _shape_str(shape):
     """Formats a shape as `(None, 3)`; a list may also hold names like "batch"."""
@@ -139,11 +141,13 @@ def reduce_to_shape(grad, shape, name="input"):
     Raises:
       ValueError: If `grad` is not a broadcast of `shape` (see
         `reduction_axes`).
+      NotImplementedError: under a Keras backend other than TensorFlow.
 
     Example:
       >>> reduce_to_shape(tf.ones((32, 1)), (1,)).numpy()
       array([32.], dtype=float32)
     """
+    support.require("custom_gradient", "reduce_to_shape")
     if tf.is_tensor(shape):
         static = tf.get_static_value(shape)
         static_shape = (
@@ -206,6 +210,8 @@ def custom_gradient(f):
 
     Returns:
       A function with `f`'s signature whose gradient is `grad_fn`'s, reduced.
+      Calling it under a Keras backend other than TensorFlow raises a
+      `NotImplementedError` (`maskfit.support`).
 
     Example:
       >>> @custom_gradient
@@ -224,6 +230,8 @@ def custom_gradient(f):
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
+        # Refused when called, not when decorating: modules decorate at import.
+        support.require("custom_gradient", f"the function {fn_name}")
         bound = signature.bind(*args, **kwargs)
         names = []
         for param in signature.parameters.values():

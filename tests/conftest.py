@@ -1,6 +1,7 @@
-"""Shared test set-up: quiet TensorFlow, the execution modes, fresh seeds."""
+"""Shared test set-up: quiet TensorFlow, the backend's tests, the modes, fresh seeds."""
 
 import os
+import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -20,6 +21,34 @@ MODES = {
 # a test marked `fused_too` (or a module with `pytestmark = pytest.mark.fused_too`)
 # also runs with `mode` set this way.
 FUSED = "graph_fused"
+
+# The Keras backend under test, fixed when Keras is imported (KERAS_BACKEND).
+# Under TensorFlow the suite is every test file but tests/jax/; under JAX
+# (`KERAS_BACKEND=jax python -m pytest ... tests`, .ci/run's second
+# invocation) it is tests/jax/ and the files below, which test what does
+# not depend on the backend (declarations, summaries, units) and pass on both.
+BACKEND = keras.backend.backend()
+_TESTS = pathlib.Path(__file__).parent
+_JAX_FOLDER = _TESTS / "jax"
+BOTH_BACKENDS = frozenset(
+    [
+        "test_backend_support.py",
+        "test_import_graph.py",
+        "test_packaging.py",
+        "test_specs.py",
+        "test_summary.py",
+    ]
+)
+
+
+def pytest_ignore_collect(collection_path, config):
+    path = pathlib.Path(collection_path)
+    if path.suffix != ".py" or not path.name.startswith("test_"):
+        return None
+    in_jax_folder = _JAX_FOLDER in path.parents
+    if BACKEND == "jax":
+        return not (in_jax_folder or path.name in BOTH_BACKENDS)
+    return True if in_jax_folder else None
 
 
 def pytest_configure(config):

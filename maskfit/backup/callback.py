@@ -7,6 +7,7 @@ import warnings
 import keras
 import tensorflow as tf
 
+from maskfit import support
 from maskfit.backup import files, input_order, state
 from maskfit.internals import data as internals
 
@@ -63,6 +64,7 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
 
     Raises:
       ValueError: an argument is invalid.
+      NotImplementedError: under a Keras backend other than TensorFlow.
 
     Example:
 
@@ -83,6 +85,7 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
         double_checkpoint=False,
         delete_checkpoint=True,
     ):
+        support.require("exact_backup")
         super().__init__()
         backup_dir = _checked_arguments(
             backup_dir, save_freq, double_checkpoint, delete_checkpoint

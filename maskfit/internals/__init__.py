@@ -2,7 +2,7 @@
 
 Keras 3 has no public API for a few things a drop-in `keras.Model` needs. Each
 accessor names the private member it reads, what it is for, what public API is
-missing, and the versions it was checked on, in one of four modules:
+missing, and the versions it was checked on, in one of five modules:
 
 - `models`: Keras models and layers (the functional class, the loss wrapper,
   the layer walk, `fit`'s start epoch) and TensorFlow's tracing (XLA context,
@@ -12,14 +12,16 @@ missing, and the versions it was checked on, in one of four modules:
 - `data`: `fit`'s input and epoch bookkeeping, and tf.data pipelines (the
   exact backup);
 - `graphs`: a functional or Sequential model's layer calls and their
-  arguments (structured pruning's graph, layer-wise depth).
+  arguments (structured pruning's graph, layer-wise depth);
+- `jax_trainer`: Keras's JAX trainer (its metrics update, the function
+  `fit` calls, the state's shardings).
 
 `PRIVATE_MEMBERS` lists them all; `tests/test_internals.py` fails with the
 member's name when a Keras or TensorFlow release removes one. No other maskfit
 module names a private member: `tests/test_internals.py` scans them.
 """
 
-from maskfit.internals import data, graphs, models, optimizers
+from maskfit.internals import data, graphs, jax_trainer, models, optimizers
 from maskfit.internals.models import (
     application_layer_classes,
     attention_output_dense,
@@ -64,6 +66,7 @@ __all__ = [
     "graphs",
     "hook_current_learning_rate",
     "hook_weight_decay",
+    "jax_trainer",
     "loss_tracker",
     "merge_call",
     "missing_members",
@@ -82,7 +85,7 @@ __all__ = [
     "weight_decay_owner",
 ]
 
-_MODULES = (models, optimizers, data, graphs)
+_MODULES = (models, optimizers, data, graphs, jax_trainer)
 PRIVATE_MEMBERS = tuple(m for module in _MODULES for m in module.PRIVATE_MEMBERS)
 
 

@@ -17,6 +17,7 @@ Files saved by maskfit 0.1.0 keyed keep masks and the optimizer's variables
 by position in the trainable list; they still load.
 """
 
+import contextlib
 import json
 import os
 import tempfile
@@ -72,6 +73,32 @@ def _rule_layers(model):
         if rules_lib.get_rule(layer) is not None:
             found[path] = (layer, rules_lib.get_rule(layer))
     return found
+
+
+def _extend_after_loading(optimizer, variables):
+    """Once `optimizer`'s saved variables are read, builds it for all `variables`.
+
+    A file saved on TensorFlow has no optimizer state for a variable whose
+    mask is all 0, and the saved layout built the optimizer without it, so
+    that Keras reads the saved state into the right slots. The JAX step
+    updates every trainable variable (holding frozen entries), so the
+    optimizer is then built for all of them, the missing ones with a fresh
+    optimizer's state, as TensorFlow gives a variable that learns again.
+    """
+    load = optimizer.load_own_variables
+
+    def load_then_extend(store):
+        load(store)
+        del optimizer.load_own_variables  # the class's method again
+        rebuild.rebuild(optimizer, variables)
+
+    optimizer.load_own_variables = load_then_extend
+
+
+def _strategy_scope(model):
+    """The scope of the model's `tf.distribute` strategy (none under JAX)."""
+    strategy = getattr(model, "distribute_strategy", None)
+    return contextlib.nullcontext() if strategy is None else strategy.scope()
 
 
 def _as_json(value):
@@ -142,10 +169,13 @@ class MaskedPersistence:
                         f" variables {missing}, which model '{self.name}' does not"
                         " have. Load weights saved from a model of the same structure."
                     )
-                with self.distribute_strategy.scope():
+                with _strategy_scope(self):
                     rebuild.rebuild(optimizer, [by_key[k] for k in layout])
-                # The next call plans the step for the loaded optimizer step.
-                self._maskfit_lifecycle().mark_stale()
+                if keras.backend.backend() == "tensorflow":
+                    # The next call plans the step for the loaded optimizer step.
+                    self._maskfit_lifecycle().mark_stale()
+                else:
+                    _extend_after_loading(optimizer, variables)
         if own:
             store = {k: store[k] for k in store.keys() if k not in own}
         super().load_own_variables(store)
@@ -197,7 +227,7 @@ class MaskedPersistence:
                     f" {sorted(state)}). Load weights saved with the same rule."
                 )
             assignments.append((variable, value))
-        with self.distribute_strategy.scope():
+        with _strategy_scope(self):
             for variable, value in assignments:
                 variable.assign(value)
 

@@ -1,14 +1,9 @@
 """The masked training step: Keras's own `train_step`, with the masking stage in it."""
 
 import functools
-import warnings
 
-import keras
-import tensorflow as tf
-
-from maskfit import internals, paths
+from maskfit import backend, internals, paths
 from maskfit.step import lifecycle as lifecycle_lib
-from maskfit.step import pipeline
 
 __all__ = ["MaskedTraining", "all_trainable_variables", "keep_masks", "masker_of"]
 
@@ -18,73 +13,24 @@ _LIFECYCLE_ATTR = "_maskfit_step_lifecycle"
 class MaskedTraining:
     """The training step of `MaskedModel` and `MaskedSequential`.
 
-    It is Keras's own TensorFlow `train_step`, line for line, with the
-    masking stage in it: `GradientMasker.begin_step` (the step's view) before
-    the forward pass, the gradients of the variables that can learn, then
+    It is the Keras trainer's own `train_step` of the backend Keras runs on,
+    with the masking stage in it (`maskfit.backend`). On TensorFlow:
+    `GradientMasker.begin_step` (the step's view) before the forward pass,
+    the gradients of the variables that can learn, then
     `maskfit.step.pipeline.run`, which runs the stage's parts in their one
-    order (`apply_grad_masks` among them). When the step is planned, traced
+    order (`apply_grad_masks` among them); when the step is planned, traced
     and prepared is the model's `StepLifecycle`'s business
     (`maskfit.step.lifecycle`); under `jit_compile=True` with rules, the
     function Keras traces around it only picks one of its two compiled
-    variants (`maskfit.step.split`).
+    variants (`maskfit.step.split`). On JAX: the stateless
+    `train_step(state, data)` of Keras's JAX trainer, its update
+    `maskfit.step.stateless.stateless_apply` with the masks as arguments of
+    the compiled step.
     """
 
-    def train_step(self, data):
-        lifecycle = self._maskfit_lifecycle()
-        if lifecycle.split is not None and not internals.tracing_for_xla():
-            # Traced without XLA around the two compiled variants of this step.
-            return lifecycle.split(data)
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        masker = lifecycle.masker_for(self._all_trainable_weights())
-        view = None
-        if masker is not None:
-            view = masker.begin_step(self.optimizer, self._maskfit_update_mode(masker))
-
-        # Forward pass
-        with tf.GradientTape() as tape:
-            if internals.call_has_training_arg(self):
-                y_pred = self(x, training=True)
-            else:
-                y_pred = self(x)
-            loss = internals.compute_loss(
-                self,
-                x=x,
-                y=y,
-                y_pred=y_pred,
-                sample_weight=sample_weight,
-                training=True,
-            )
-            internals.loss_tracker(self).update_state(
-                internals.unscale_loss_for_distribution(loss),
-                sample_weight=tf.shape(
-                    next(i for i in tf.nest.flatten(x) if i is not None)
-                )[0],
-            )
-            if self.optimizer is not None:
-                loss = self.optimizer.scale_loss(loss)
-
-        # Compute gradients, mask them, and update the weights
-        variables = self._all_trainable_weights()
-        if variables:
-            if masker is None:
-                # Keras built the model in this trace: its variables exist now.
-                masker = lifecycle.plan_in_trace(variables)
-                mode = self._maskfit_update_mode(masker)
-                view = masker.begin_step(self.optimizer, mode)
-            # Variables left out (mask all 0) get no gradient and no update.
-            gradients = masker.spread(tape.gradient(loss, masker.active(variables)))
-            pipeline.run(
-                masker,
-                view,
-                gradients,
-                mask=lambda gradients: self.apply_grad_masks(gradients, variables),
-            )
-        else:
-            warnings.warn(
-                "The model does not have any trainable weights.", stacklevel=2
-            )
-
-        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+    def train_step(self, *args):
+        # `(data)` on TensorFlow, `(state, data)` on JAX: as Keras's trainer calls it.
+        return backend.current().train_step(self, *args)
 
     def apply_grad_masks(self, gradients, variables):
         """The masking stage: returns the gradients that `optimizer.apply` gets.
@@ -105,9 +51,7 @@ class MaskedTraining:
         Returns:
           The list of gradients to apply, aligned with `variables`.
         """
-        lifecycle = self._maskfit_lifecycle()
-        masker = lifecycle.masker_for(variables) or lifecycle.plan_in_trace(variables)
-        return masker.mask_gradients(gradients)
+        return backend.current().apply_grad_masks(self, gradients, variables)
 
     def _maskfit_update_mode(self, masker):
         """The masker's `UpdateMode` for this model's compile settings."""
@@ -127,7 +71,7 @@ class MaskedTraining:
         fitted to the new plan and the step traced again, before the call
         that runs that step.
         """
-        return self._maskfit_lifecycle().make(force=force)
+        return backend.current().make_train_function(self, force=force)
 
     def _maskfit_lifecycle(self):
         lifecycle = getattr(self, _LIFECYCLE_ATTR, None)

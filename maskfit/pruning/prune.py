@@ -4,7 +4,7 @@ import copy
 
 import keras
 
-from maskfit import internals
+from maskfit import internals, support
 from maskfit.model.conversion import PrunedModel, masked_model
 from maskfit.pruning import registry
 from maskfit.pruning import rule as rule_lib
@@ -72,6 +72,8 @@ def prune_low_magnitude(
     Raises:
       TypeError: for a `to_prune` that is not a model or layers, or a bad
         schedule.
+      NotImplementedError: on a Keras backend that does not run it in `fit`
+        (`maskfit.support.FEATURES`).
       ValueError: for bad `block_size`, `block_pooling_type` or
         `sparsity_m_by_n`, a `pruning_policy`, or a layer the registry
         refuses (the error names it and says how to fix it; layers that are
@@ -87,6 +89,7 @@ def prune_low_magnitude(
     >>> type(pruned).__name__
     'MaskedSequential'
     """
+    support.require("magnitude_pruning", "prune_low_magnitude")
     if pruning_policy is not None:
         raise ValueError(
             "prune_low_magnitude does not support pruning_policy (TF-MOT's"

@@ -36,6 +36,8 @@ class MagnitudePruning(mask_rules.MaskRule):
     [1, 1]
     """
 
+    backend_feature = "magnitude_pruning"
+
     def __init__(
         self,
         pruning_schedule,

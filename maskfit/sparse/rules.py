@@ -77,6 +77,7 @@ class DynamicSparsity(rules.MaskRule):
     """
 
     regrows = True
+    backend_feature = "sparse_training"
 
     def __init__(
         self,

@@ -2,6 +2,7 @@
 
 import keras
 
+from maskfit import support
 from maskfit.model import conversion
 from maskfit.sparse import rules as sparse_rules
 from maskfit.spec import rules
@@ -67,6 +68,7 @@ def sparsify(
       The model or layer that trains sparse (see `to_sparsify`).
 
     Raises:
+      NotImplementedError: under a Keras backend other than TensorFlow.
       TypeError: for a `to_sparsify` that is not a model or a layer.
       ValueError: for an unknown method, a bad argument (the rule's
         constructor names it), or, for a built model, weights the
@@ -82,6 +84,7 @@ def sparsify(
     >>> type(model).__name__
     'MaskedSequential'
     """
+    support.require("sparse_training", "sparsify")
     if method not in METHODS:
         raise ValueError(
             f"sparsify: method must be one of {sorted(METHODS)}. Received:"

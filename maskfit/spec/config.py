@@ -86,4 +86,5 @@ def rules_from_config(model, config):
             )
         checked.append((layer, rule))
     for layer, rule in checked:
-        rules.set_rule(layer, rule)
+        # Checked above; a rule this backend cannot train with still loads.
+        rules.restore_rule(layer, rule)

@@ -29,7 +29,7 @@ import collections
 
 import keras
 
-from maskfit import checks, internals
+from maskfit import checks, internals, support
 from maskfit.spec import version
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "last_update_of",
     "layer_rules",
     "resolve_rules",
+    "restore_rule",
     "set_rule",
 ]
 
@@ -76,6 +77,9 @@ class MaskRule(abc.ABC):
     uses_gradients = False
     observes_gradients = False
     regrows = False
+    # The row of `maskfit.support.FEATURES` that says on which Keras backends
+    # the rule runs; `set_rule` (and so loading a model) refuses it elsewhere.
+    backend_feature = "custom_rules"
 
     def initial_keep_masks(self, variables, frozen):
         """The keep masks the rule starts from, one per covered variable, or None.
@@ -219,6 +223,8 @@ def set_rule(layer, rule):
 
     Raises:
       TypeError: if `layer` is not a Keras layer or `rule` not a `MaskRule`.
+      NotImplementedError: if the rule does not run on this Keras backend
+        (`maskfit.support.FEATURES`).
     """
     if not isinstance(layer, keras.layers.Layer):
         raise TypeError(
@@ -235,6 +241,20 @@ def set_rule(layer, rule):
         cls.keep_mask is MaskRule.keep_mask and cls.keep_masks is MaskRule.keep_masks
     ):
         raise TypeError(_NO_KEEP.format(name=cls.__name__))
+    if rule is not None:
+        support.require(
+            rule.backend_feature, f"a {cls.__name__} rule on layer '{layer.name}'"
+        )
+    return restore_rule(layer, rule)
+
+
+def restore_rule(layer, rule):
+    """Puts a checked `rule` (or None) on `layer`, on any backend; returns `layer`.
+
+    What loading a saved model does: a rule this backend cannot run still
+    comes back with the model, which then evaluates, predicts and strips
+    (`maskfit.pruning.strip_pruning`); training it is refused by `fit`.
+    """
     internals.set_untracked(layer, _RULE_ATTR, rule)
     version.bump()
     return layer

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import model as model_lib
+from maskfit import support
 from maskfit.model import conversion
 from maskfit.spec import pruning_schedule as schedules
 from maskfit.spec import rules as rules_lib
@@ -68,6 +69,7 @@ def prune_units(
     >>> type(pruned).__name__
     'MaskedSequential'
     """
+    support.require("structured_rule", "prune_units")
     if pruning_schedule is None:
         pruning_schedule = schedules.ConstantSparsity(0.5, begin_step=0)
     rule = unit_rule.UnitPruning(
@@ -271,6 +273,7 @@ def select_units(
     variables = [each.variable for each in plan.variables]
     accumulated = {}
     if rule.importance.needs_gradients:
+        support.require("structured_rule", "select_units with a Taylor importance")
         accumulated = _taylor_sums(
             model, variables, rule.importance, data, loss, batch_size
         )

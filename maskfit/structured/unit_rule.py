@@ -86,6 +86,8 @@ class UnitPruning(rules_lib.MaskRule):
     14
     """
 
+    backend_feature = "structured_rule"
+
     def __init__(
         self,
         pruning_schedule,

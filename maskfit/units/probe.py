@@ -141,7 +141,7 @@ def _random_value(variable, rng):
 def _selector(segment, output, bit, side):
     """A 0/1 tensor selecting the units of `output` whose `bit` equals `side`."""
     axis, start, stop = segment
-    rank = output.shape.rank
+    rank = getattr(output.shape, "rank", len(output.shape))
     size = output.shape[axis]
     units = np.arange(start, start + size)
     chosen = ((units >> bit) & 1) == side
@@ -157,7 +157,7 @@ def _check_outputs(probe, flat, units, covered):
             continue
         axis, start, stop = segment
         output = flat[i]
-        rank = output.shape.rank
+        rank = getattr(output.shape, "rank", len(output.shape))
         if rank is None or not -rank <= axis < rank:
             raise ValueError(
                 f"Output {i} of '{probe.target.name}' has shape {output.shape}, which"
@@ -172,7 +172,7 @@ def _check_outputs(probe, flat, units, covered):
                 f" {start}..{end - 1} of {units}."
             )
         covered[start:end] = True
-        segments.append((tf.cast(output, tf.float32), (axis, start, end)))
+        segments.append((output, (axis, start, end)))
     return segments
 
 
@@ -186,13 +186,13 @@ def dependencies(probe, units, covered, seed=0):
       variable's shape (affects some unit; affects several units) and, where
       it affects exactly one, that unit.
     """
+    if keras.backend.backend() == "jax":
+        return _jax_dependencies(probe, units, covered, seed)
     target = probe.target
     variables = list(target.trainable_variables)
     bits = max(1, math.ceil(math.log2(units)))
     rng = np.random.default_rng(seed)
-    call_kwargs = {}
-    if "training" in inspect.signature(target.call).parameters:
-        call_kwargs["training"] = False
+    call_kwargs = _call_kwargs(target)
     runs = []
     for _ in range(_DRAWS):
         values = [_random_value(v, rng) for v in variables]
@@ -205,6 +205,7 @@ def dependencies(probe, units, covered, seed=0):
             segments = _check_outputs(probe, tf.nest.flatten(outputs), units, covered)
             targets = {}
             for output, segment in segments:
+                output = tf.cast(output, tf.float32)
                 weight = tf.constant(
                     rng.uniform(0.5, 1.5, size=output.shape), tf.float32
                 )
@@ -241,6 +242,58 @@ def dependencies(probe, units, covered, seed=0):
             reached[i] |= hit[0][i] | hit[1][i]
             unit[i] |= hit[1][i].astype(np.int64) << bit
     return {id(v): (v, reached[i], multi[i], unit[i]) for i, v in enumerate(variables)}
+
+
+def _jax_dependencies(probe, units, covered, seed):
+    """`dependencies` on the JAX backend: one `jax.vjp` per draw, a pull per bit side."""
+    import jax
+
+    target = probe.target
+    variables = list(target.trainable_variables)
+    bits = max(1, math.ceil(math.log2(units)))
+    rng = np.random.default_rng(seed)
+    call_kwargs = _call_kwargs(target)
+    keys = [(b, s) for b in range(bits) for s in (0, 1)]
+    hit = {key: [np.zeros(v.shape, bool) for v in variables] for key in keys}
+    for _ in range(_DRAWS):
+        values = [keras.ops.convert_to_tensor(_random_value(v, rng)) for v in variables]
+        args, kwargs = tf.nest.map_structure(
+            lambda x: x.numpy() if isinstance(x, tf.Tensor) else x, probe.inputs(rng)
+        )
+
+        def call(values, args=args, kwargs=kwargs):
+            mapping = list(zip(variables, values))
+            with probing(), keras.StatelessScope(state_mapping=mapping):
+                outputs = target(*args, **{**kwargs, **call_kwargs})
+            return tf.nest.flatten(outputs)
+
+        flat, pull = jax.vjp(call, values)
+        segments = _check_outputs(probe, flat, units, covered)
+        weights = [rng.uniform(0.5, 1.5, size=o.shape) for o, _ in segments]
+        position = {id(o): i for i, o in enumerate(flat)}
+        for bit, side in keys:
+            cotangents = [np.zeros(o.shape, o.dtype) for o in flat]
+            for (output, segment), weight in zip(segments, weights):
+                chosen, _ = _selector(segment, output, bit, side)
+                cotangent = (weight * chosen).astype(output.dtype)
+                cotangents[position[id(output)]] = cotangent
+            (grads,) = pull([keras.ops.convert_to_tensor(c) for c in cotangents])
+            for i, grad in enumerate(grads):
+                # NaN counts as reached: never a silent pass.
+                hit[(bit, side)][i] |= np.asarray(grad) != 0
+    found = {}
+    for i, v in enumerate(variables):
+        clear, set_ = ([hit[(b, s)][i] for b in range(bits)] for s in (0, 1))
+        multi = np.any([c & t for c, t in zip(clear, set_)], axis=0)
+        reached = np.any([c | t for c, t in zip(clear, set_)], axis=0)
+        unit = sum(t.astype(np.int64) << b for b, t in enumerate(set_))
+        found[id(v)] = (v, reached, multi, unit)
+    return found
+
+
+def _call_kwargs(target):
+    has = "training" in inspect.signature(target.call).parameters
+    return {"training": False} if has else {}
 
 
 def _call(target, args, kwargs):

@@ -1,0 +1,276 @@
+"""Step time of `MaskedModel` against stock `keras.Model` on Keras's JAX backend.
+
+Contenders side by side in one process: for each model (the 4x1024 MLP of
+`benchmarks.step_time`, a small keras_hub BERT built from constructor
+arguments), stock Keras and the same model with an `OutputMask` (every other
+unit of each Dense layer frozen) or a 90% `ElementMask` (on the kernel of every
+Dense and EinsumDense layer), each compiled with `jit_compile=True`. Each is
+timed through its own `train_function` (the function `fit` calls) on one fixed
+batch, round-robin (`benchmarks.harness.round_robin`), and reported as the
+median of per-round ratios to stock, of wall time and of the process's CPU
+time (which other processes on a shared machine sway less).
+"""
+
+import dataclasses
+import logging
+import statistics
+import time
+
+import keras
+import numpy as np
+
+import maskfit
+from benchmarks import harness
+from maskfit import internals
+
+COLUMNS = (
+    "model",
+    "mask",
+    "step_ms",
+    "ratio_median",
+    "ratio_min",
+    "ratio_max",
+    "cpu_ratio_median",
+)
+
+
+@dataclasses.dataclass
+class Config:
+    """What to measure.
+
+    Attributes:
+      models: Models: mlp, bert.
+      masks: Mask kinds besides stock: output, element.
+      optimizer: adamw or sgd.
+      mlp_depth: Hidden Dense layers of the MLP.
+      mlp_width: Units per MLP layer.
+      mlp_batch: MLP batch size.
+      bert_layers: Transformer layers of the BERT.
+      bert_hidden: Its hidden size.
+      bert_heads: Its attention heads.
+      bert_intermediate: Its feed-forward size.
+      bert_vocabulary: Its vocabulary.
+      bert_sequence: Tokens per example.
+      bert_batch: BERT batch size.
+      sparsity: Frozen share under ElementMask.
+      steps: Steps per timed round.
+      steps_per_execution: Steps per train_function call.
+      warmup_steps: Untimed steps per contender.
+      repeats: Rounds over all contenders.
+      seed: Seed of the weights and the data.
+    """
+
+    models: tuple = ("mlp", "bert")
+    masks: tuple = ("output", "element")
+    optimizer: str = "adamw"
+    mlp_depth: int = 4
+    mlp_width: int = 1024
+    mlp_batch: int = 256
+    bert_layers: int = 2
+    bert_hidden: int = 128
+    bert_heads: int = 2
+    bert_intermediate: int = 512
+    bert_vocabulary: int = 5000
+    bert_sequence: int = 128
+    bert_batch: int = 32
+    sparsity: float = 0.9
+    steps: int = 20
+    steps_per_execution: int = 5
+    warmup_steps: int = 10
+    repeats: int = 5
+    seed: int = 0
+
+
+def _mlp(config, model_class, rng):
+    inputs = keras.Input((config.mlp_width,))
+    hidden = inputs
+    for _ in range(config.mlp_depth):
+        hidden = keras.layers.Dense(config.mlp_width, activation="relu")(hidden)
+    model = model_class(inputs, keras.layers.Dense(10)(hidden))
+    x = rng.standard_normal((config.mlp_batch, config.mlp_width)).astype(np.float32)
+    return model, x, rng.integers(0, 10, size=(config.mlp_batch,)).astype(np.int32)
+
+
+def _bert(config, model_class, rng):
+    import keras_hub
+
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=config.bert_vocabulary,
+        num_layers=config.bert_layers,
+        num_heads=config.bert_heads,
+        hidden_dim=config.bert_hidden,
+        intermediate_dim=config.bert_intermediate,
+        max_sequence_length=config.bert_sequence,
+    )
+    inputs = {
+        name: keras.Input((config.bert_sequence,), dtype="int32", name=name)
+        for name in ("token_ids", "segment_ids", "padding_mask")
+    }
+    pooled = backbone(inputs)["pooled_output"]
+    model = model_class(inputs, keras.layers.Dense(2, name="classifier")(pooled))
+    shape = (config.bert_batch, config.bert_sequence)
+    x = {
+        "token_ids": rng.integers(0, config.bert_vocabulary, size=shape),
+        "segment_ids": np.zeros(shape, np.int32),
+        "padding_mask": np.ones(shape, np.int32),
+    }
+    x = {k: v.astype(np.int32) for k, v in x.items()}
+    return model, x, rng.integers(0, 2, size=(config.bert_batch,)).astype(np.int32)
+
+
+def _set_masks(model, mask, sparsity, seed):
+    rng = np.random.default_rng(seed + 1)
+    for layer in internals.sublayers(model):
+        kernel = getattr(layer, "kernel", None)
+        if not layer.trainable_weights or kernel is None:
+            continue
+        if mask == "output" and isinstance(layer, keras.layers.Dense):
+            units = kernel.shape[-1]
+            maskfit.set_mask(layer, maskfit.OutputMask(np.arange(units) % 2))
+        elif mask == "element" and isinstance(
+            layer, (keras.layers.Dense, keras.layers.EinsumDense)
+        ):
+            keep = rng.random(tuple(kernel.shape)) >= sparsity
+            maskfit.set_mask(layer, maskfit.ElementMask({"kernel": keep}))
+
+
+def _optimizer(name):
+    if name == "adamw":
+        return keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.004)
+    if name == "sgd":
+        return keras.optimizers.SGD(learning_rate=1e-3)
+    raise ValueError(f"Unknown optimizer {name!r}; expected 'adamw' or 'sgd'.")
+
+
+class _Timed:
+    """One compiled model and its state, stepped by its own `train_function`."""
+
+    def __init__(self, key, model, x, y, config):
+        import jax
+
+        self.key = key
+        model.fit(x, y, batch_size=len(y), epochs=1, shuffle=False, verbose=0)
+        self.model = model
+        batch = jax.tree_util.tree_map(jax.numpy.asarray, (x, y))
+        self.iterator = iter(lambda: batch, None)  # the same batch, endlessly
+        copy = lambda v: jax.numpy.array(v.value, copy=True)  # noqa: E731
+        self.state = (
+            [copy(v) for v in model.trainable_variables],
+            [copy(v) for v in model.non_trainable_variables],
+            [copy(v) for v in model.optimizer.variables],
+            [copy(v) for v in model.metrics_variables],
+        )
+        spe = config.steps_per_execution
+        self.calls = max(1, config.steps // spe)
+        self.steps = self.calls * spe
+        for _ in range(max(1, config.warmup_steps // spe)):
+            self._call()
+
+    def _call(self):
+        logs, self.state = self.model.train_function(self.state, self.iterator)
+        return logs
+
+    def time_step(self):
+        """Runs `steps` training steps; returns wall and CPU seconds per step."""
+        start, start_cpu = time.perf_counter(), time.process_time()
+        for _ in range(self.calls):
+            logs = self._call()
+        float(logs["loss"])
+        wall = time.perf_counter() - start
+        return wall / self.steps, (time.process_time() - start_cpu) / self.steps
+
+
+def _contender(config, model_name, mask):
+    keras.utils.set_random_seed(config.seed)
+    model_class = keras.Model if mask == "none" else maskfit.MaskedModel
+    build = {"mlp": _mlp, "bert": _bert}[model_name]
+    model, x, y = build(config, model_class, np.random.default_rng(config.seed))
+    _set_masks(model, mask, config.sparsity, config.seed)
+    model.compile(
+        optimizer=_optimizer(config.optimizer),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+        steps_per_execution=config.steps_per_execution,
+    )
+    return _Timed((model_name, mask), model, x, y, config)
+
+
+def _measure(config, model_name):
+    contenders = [
+        _contender(config, model_name, mask) for mask in ("none",) + config.masks
+    ]
+    times, cpu_times = harness.round_robin(contenders, config.repeats)
+    rows = []
+    for contender in contenders:
+        ratio, low, high = harness.paired_ratios(
+            times, contender.key, (model_name, "none")
+        )
+        cpu_ratio = harness.paired_ratios(
+            cpu_times, contender.key, (model_name, "none")
+        )[0]
+        row = dict(zip(COLUMNS, contender.key))
+        row.update(
+            step_ms=1e3 * statistics.median(times[contender.key]),
+            ratio_median=ratio,
+            ratio_min=low,
+            ratio_max=high,
+            cpu_ratio_median=cpu_ratio,
+        )
+        rows.append(row)
+        logging.info(
+            "%s %s: %.2f ms/step, ratio %.3f [%.3f, %.3f]",
+            *contender.key,
+            row["step_ms"],
+            ratio,
+            low,
+            high,
+        )
+    return rows
+
+
+def format_table(rows):
+    """Returns `rows` as a fixed-width text table, one line per contender."""
+    lines = [
+        f"{'model':5} {'mask':7} {'ms/step':>8} {'ratio':>6} {'spread':>13}"
+        f" {'cpu ratio':>9}"
+    ]
+    for row in rows:
+        lines.append(
+            f"{row['model']:5} {row['mask']:7} {row['step_ms']:8.2f}"
+            f" {row['ratio_median']:6.3f}"
+            f" [{row['ratio_min']:.3f},{row['ratio_max']:.3f}]"
+            f" {row['cpu_ratio_median']:9.3f}"
+        )
+    return "\n".join(lines)
+
+
+def run(config, workdir):
+    """Times every model's contenders; writes `jax_step_time.{json,csv}` to `workdir`.
+
+    Args:
+      config: a `Config`.
+      workdir: a directory; created if missing.
+
+    Returns:
+      The rows of the table, as dicts with the keys in `COLUMNS`.
+
+    Raises:
+      RuntimeError: when Keras does not run on JAX in this process.
+    """
+    if keras.backend.backend() != "jax":
+        raise RuntimeError(
+            "benchmarks.jax_step_time measures Keras's JAX backend, but this"
+            f" process runs Keras on '{keras.backend.backend()}'. Run it as"
+            " `python -m benchmarks.jax_step_time` (which selects JAX) or set"
+            " KERAS_BACKEND=jax before Keras is imported."
+        )
+    harness.write_config(workdir, config)
+    rows = []
+    for model_name in config.models:
+        rows.extend(_measure(config, model_name))
+    machine = dict(harness.machine(), backend="jax")
+    harness.write_json(
+        workdir, "jax_step_time.json", {"machine": machine, "rows": rows}
+    )
+    harness.write_csv(workdir, "jax_step_time.csv", rows, COLUMNS)
+    return rows

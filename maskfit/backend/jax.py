@@ -1,0 +1,329 @@
+"""The JAX backend: Keras's stateless JAX `train_step`, its update masked.
+
+`train_step(model, state, data)` is the JAX trainer's own step over the
+`(trainable, non_trainable, optimizer, metrics)` values, with
+`maskfit.step.stateless.stateless_apply` in place of
+`optimizer.stateless_apply`. The masks are values too
+(`maskfit.step.stateless.StatelessMasks`, a JAX pytree), read on the host
+from the declarations when they change (`maskfit.spec.version`) and passed
+to the compiled step as an argument: `set_mask` after `compile()` reaches
+the next step without a retrace (a mask of a new shape or kind retraces,
+as any new argument structure does), and a `PiecewiseMask` switches at the
+exact optimizer step inside it.
+"""
+
+import jax
+import keras
+
+from maskfit import internals
+from maskfit.apply import _pairs_to_variables
+from maskfit.spec import declare, rules, version
+from maskfit.step import stateless
+
+__all__ = [
+    "apply_grad_masks",
+    "apply_gradients",
+    "make_train_function",
+    "model_masks",
+    "train_step",
+]
+
+_CACHE_ATTR = "_maskfit_jax_masks"  # (key, StatelessMasks) on the model
+_IN_STEP_ATTR = "_maskfit_jax_in_step"  # (masks, selected) while a step traces
+
+
+def _flatten(masks):
+    return (masks.tables, masks.boundaries), (
+        masks.positions,
+        masks.scales,
+        masks.count,
+    )
+
+
+def _unflatten(aux, children):
+    positions, scales, count = aux
+    return stateless.StatelessMasks(positions, children[0], children[1], scales, count)
+
+
+jax.tree_util.register_pytree_node(stateless.StatelessMasks, _flatten, _unflatten)
+
+
+def _refuse_tensorflow_only(model, layer_specs):
+    """Raises for what the JAX step does not run: rules, `backprop=True`."""
+    for layer, rule in rules.layer_rules(model):
+        raise NotImplementedError(
+            f"Layer '{layer.name}' carries the rule {type(rule).__name__}, which"
+            " maskfit runs in the training step on the TensorFlow backend only;"
+            " this process runs Keras on JAX. Train it with"
+            " KERAS_BACKEND=tensorflow, or remove the rule with"
+            " maskfit.spec.rules.set_rule(layer, None)."
+        )
+    for layer, spec in layer_specs:
+        if spec.backprop:
+            raise NotImplementedError(
+                f"Layer '{layer.name}' carries {spec!r} with backprop=True, which"
+                " maskfit runs on the TensorFlow backend only; this process runs"
+                " Keras on JAX. Declare the mask with backprop=False, or train"
+                " with KERAS_BACKEND=tensorflow."
+            )
+
+
+def model_masks(model, variables=None):
+    """The `StatelessMasks` of a model's variables, read again only after a change.
+
+    Args:
+      model: a Keras model (masks declared anywhere in it).
+      variables: the variables, in order; `model.trainable_variables` by default.
+    """
+    variables = list(model.trainable_variables if variables is None else variables)
+    key = (version.current(), tuple(id(v) for v in variables))
+    cached = getattr(model, _CACHE_ATTR, None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    layer_specs = declare.masked_layers(model)
+    _refuse_tensorflow_only(model, layer_specs)
+    masks = stateless.masks_for(layer_specs, variables)
+    internals.set_untracked(model, _CACHE_ATTR, (key, masks))
+    return masks
+
+
+def _step_masks(model):
+    """`(masks, selected)` of the step being traced, or None outside one."""
+    return getattr(model, _IN_STEP_ATTR, None)
+
+
+def train_step(model, state, data):
+    """`MaskedModel.train_step` on JAX: Keras's stateless step, its update masked."""
+    (
+        trainable_values,
+        non_trainable_values,
+        optimizer_values,
+        metrics_values,
+    ) = state
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    grad_fn = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
+    (_, aux), gradients = grad_fn(
+        trainable_values,
+        non_trainable_values,
+        metrics_values,
+        x,
+        y,
+        sample_weight,
+        training=True,
+        optimizer_variables=optimizer_values,
+    )
+    (unscaled_loss, y_pred, non_trainable_values, metrics_values) = aux
+
+    in_step = _step_masks(model)
+    masks = model_masks(model) if in_step is None else in_step[0]
+    variables = model.trainable_variables
+
+    def mask(gradients, selected):
+        previous = _step_masks(model)
+        internals.set_untracked(model, _IN_STEP_ATTR, (masks, selected))
+        try:
+            return model.apply_grad_masks(gradients, variables)
+        finally:
+            internals.set_untracked(model, _IN_STEP_ATTR, previous)
+
+    trainable_values, optimizer_values = stateless.stateless_apply(
+        model.optimizer,
+        masks,
+        optimizer_values,
+        gradients,
+        trainable_values,
+        mask=mask,
+    )
+    logs, metrics_values = internals.jax_trainer.update_metrics_variables(
+        model, metrics_values, unscaled_loss, x, y, y_pred, sample_weight
+    )
+    state = (trainable_values, non_trainable_values, optimizer_values, metrics_values)
+    return logs, state
+
+
+def apply_grad_masks(model, gradients, variables):
+    """`MaskedModel.apply_grad_masks` on JAX: the step's masks, as selected in it.
+
+    Outside a step, the masks in force at the optimizer's current step.
+    """
+    in_step = _step_masks(model)
+    if in_step is not None and len(in_step) == 2 and in_step[1] is not None:
+        masks, selected = in_step
+    else:
+        masks = model_masks(model, variables)
+        selected = stateless.select(masks, _optimizer_step(model.optimizer))
+    return stateless.mask_gradients(masks, selected, gradients)
+
+
+def _optimizer_step(optimizer):
+    if optimizer is None or not optimizer.built:
+        return keras.ops.convert_to_tensor(0, "int32")
+    return keras.ops.convert_to_tensor(optimizer.iterations)
+
+
+def make_train_function(model, force=False):
+    """`make_train_function` on JAX: the step compiled with the masks as an argument.
+
+    As Keras's JAX trainer makes it (`jax.jit` with the state donated, under
+    `jit_compile=True` and not `run_eagerly`), except that the compiled
+    function takes the model's `StatelessMasks` too, read on the host before
+    each call (a cached value unless a declaration changed).
+    """
+    # Read now: `fit` takes the variables' values out of the model for the
+    # loop (a declaration resolved then needs only their shapes).
+    model_masks(model)
+    if model.train_function is not None and not force:
+        return model.train_function
+
+    def step(state, data, masks):
+        internals.set_untracked(model, _IN_STEP_ATTR, (masks, None))
+        try:
+            return model.train_step(state, data)
+        finally:
+            internals.set_untracked(model, _IN_STEP_ATTR, None)
+
+    compiled = not model.run_eagerly and model.jit_compile
+    if compiled:
+        out_shardings = None
+        if keras.distribution.distribution() is not None:
+            out_shardings = (None, internals.jax_trainer.state_shardings(model))
+        step = jax.jit(step, donate_argnums=0, out_shardings=out_shardings)
+    returned = [None]  # the state the last call returned
+
+    def train_step_with_masks(state, data):
+        if compiled and state is not returned[0]:
+            state = _unshared(state)
+        cached = getattr(model, _CACHE_ATTR)
+        # The variables cannot change within `fit`: only a declaration can.
+        masks = cached[1] if cached[0][0] == version.current() else model_masks(model)
+        logs, returned[0] = step(state, data, masks)
+        return logs, returned[0]
+
+    model.train_function = internals.jax_trainer.step_function(
+        model, train_step_with_masks
+    )
+    return model.train_function
+
+
+def _unshared(state):
+    """`state` with no array in two places: the compiled step donates its state.
+
+    Keras's `finalize_variable_values` (EMA, at the end of `fit`) assigns each
+    average to its variable, so the next `fit`'s state holds one array twice,
+    and donating it twice fails (stock Keras fails there too). Checked only
+    for a state `fit` made anew, not one the step returned.
+    """
+    seen = set()
+
+    def once(value):
+        if id(value) in seen:
+            return jax.numpy.array(value, copy=True)
+        seen.add(id(value))
+        return value
+
+    return jax.tree_util.tree_map(once, state)
+
+
+def _align(grads, variables):
+    """One gradient (or None) per variable, from a list or a dict."""
+    paths = [v.path for v in variables]
+    if not isinstance(grads, dict):
+        if len(grads) != len(variables):
+            raise ValueError(
+                f"apply_gradients received {len(grads)} gradients for"
+                f" {len(variables)} variables. Expected one per variable, in this"
+                f" order: {paths}. Pass None, or use a dict by path, to leave a"
+                " variable out."
+            )
+        return list(grads)
+    aligned = [None] * len(variables)
+    by_id = {id(v): i for i, v in enumerate(variables)}
+    for key, grad in grads.items():
+        if isinstance(key, str):
+            if paths.count(key) != 1:
+                raise ValueError(
+                    f"apply_gradients received a gradient for variable path"
+                    f" '{key}', which names {paths.count(key)} of the variables it"
+                    f" updates (expected 1). Known paths: {paths}."
+                )
+            index = paths.index(key)
+        else:
+            variable = key.deref() if hasattr(key, "deref") else key
+            if id(variable) not in by_id:
+                raise ValueError(
+                    f"apply_gradients received a gradient for variable {key!r},"
+                    f" which is not among the variables it updates: {paths}."
+                )
+            index = by_id[id(variable)]
+        aligned[index] = grad
+    return aligned
+
+
+def _checked(grad, variable):
+    if grad is None:
+        return None
+    value = keras.ops.convert_to_tensor(grad)
+    if tuple(value.shape) != tuple(variable.shape):
+        raise ValueError(
+            f"The gradient for variable '{variable.path}' has shape"
+            f" {tuple(value.shape)}, but the variable has shape"
+            f" {tuple(variable.shape)}. Pass a gradient of shape"
+            f" {tuple(variable.shape)}."
+        )
+    return keras.ops.cast(value, variable.dtype)
+
+
+def apply_gradients(optimizer, grads, variables=None):
+    """`maskfit.apply_gradients` on JAX: one `stateless_apply`, its values assigned."""
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(
+            "apply_gradients expects a Keras optimizer as its first argument, e.g."
+            f" keras.optimizers.Adam(). Received: {optimizer!r}"
+        )
+    grads, variables = _pairs_to_variables(grads, variables)
+    if not optimizer.built:
+        if variables is None:
+            raise ValueError(
+                f"Optimizer '{optimizer.name}' is not built, so apply_gradients"
+                " cannot tell which variables the gradients are for. Call"
+                " optimizer.build(model.trainable_variables) first, or pass"
+                " variables=..."
+            )
+        optimizer.build(list(variables))
+    built = list(internals.optimizer_built_variables(optimizer))
+    variables = built if variables is None else list(variables)
+    known = {id(v) for v in built}
+    for v in variables:
+        if id(v) not in known:
+            raise ValueError(
+                f"Variable '{v.path}' is not one the optimizer was built with; it"
+                f" updates {[b.path for b in built]}. Pass those variables, or use"
+                " a new optimizer."
+            )
+    aligned = _align(grads, variables)
+    checked = [_checked(g, v) for g, v in zip(aligned, variables)]
+    if all(g is None for g in checked):
+        raise ValueError(
+            "apply_gradients received no gradient for any variable (all None or"
+            " left out). Pass at least one gradient."
+        )
+    by_id = {id(v): g for v, g in zip(variables, checked)}
+    full = [by_id.get(id(v)) for v in built]
+    ids = {id(v) for v in built}
+    layer_specs = [
+        (layer, spec)
+        for layer, spec in declare.all_masked_layers()
+        if any(id(v) in ids for v in layer.trainable_weights)
+    ]
+    masks = stateless.masks_for(layer_specs, built)
+    new_trainable, new_optimizer = stateless.stateless_apply(
+        optimizer,
+        masks,
+        [v.value for v in optimizer.variables],
+        full,
+        [v.value for v in built],
+    )
+    for variable, value in zip(built, new_trainable):
+        variable.assign(value)
+    for variable, value in zip(optimizer.variables, new_optimizer):
+        variable.assign(value)

@@ -1,0 +1,184 @@
+"""Which maskfit features run on which Keras backend, and the one refusal.
+
+Keras 3 picks its backend once, at import (`KERAS_BACKEND`, or `"backend"` in
+`~/.keras/keras.json`). maskfit runs on TensorFlow and JAX; a feature that
+runs on TensorFlow only is refused under JAX where it enters (the
+constructor, the declaring call, the loading of a file that holds it), with
+one `NotImplementedError` that names the backend, the feature and what to
+use instead. `FEATURES` is the table README's "Backends" section shows
+(`tests/test_backend_support.py` keeps the two in step).
+"""
+
+from typing import NamedTuple
+
+import keras
+
+from maskfit import backend as backend_lib
+
+__all__ = [
+    "BACKENDS",
+    "FEATURES",
+    "Feature",
+    "backend",
+    "check_backend",
+    "require",
+    "runs_on",
+]
+
+BACKENDS = backend_lib.SUPPORTED
+"""The Keras backends maskfit runs on; importing it under another one fails."""
+
+_ON_TENSORFLOW = "run it under KERAS_BACKEND=tensorflow"
+
+
+class Feature(NamedTuple):
+    """One row of the backend table.
+
+    Attributes:
+      name: what the user calls, as README names it.
+      backends: the Keras backends it runs on.
+      instead: what to use on the other backends (empty where it runs on all).
+    """
+
+    name: str
+    backends: tuple
+    instead: str = ""
+
+
+_BOTH = ("tensorflow", "jax")
+_TF = ("tensorflow",)
+
+FEATURES = {
+    "model": Feature(
+        "`MaskedModel`, `MaskedSequential`: `fit`, `evaluate`, `predict`", _BOTH
+    ),
+    "masks": Feature(
+        "`OutputMask`, `ElementMask`, `PiecewiseMask`, `set_mask` after compile",
+        _BOTH,
+    ),
+    "multipliers": Feature(
+        "mask values as learning-rate multipliers, `layerwise_decay`, the recipes",
+        _BOTH,
+    ),
+    "apply_gradients": Feature("`maskfit.apply_gradients`", _BOTH),
+    "summary": Feature("`maskfit.summary`", _BOTH),
+    "saving": Feature(
+        "`save` / `load_model` (a file saved under one backend loads under the other)",
+        _BOTH,
+    ),
+    "magnitude_pruning": Feature(
+        "`maskfit.pruning`: `prune_low_magnitude` with TF-MOT's schedules in `fit`",
+        _TF,
+        _ON_TENSORFLOW,
+    ),
+    "structured_oneshot": Feature(
+        "`select_units` (weight importances), `shrink`, `strip_pruning`",
+        _BOTH,
+    ),
+    "data_parallel": Feature(
+        "`keras.distribution.DataParallel`",
+        ("jax",),
+        "under TensorFlow, `tf.distribute.MirroredStrategy`",
+    ),
+    "structured_rule": Feature(
+        "structured pruning while training (`maskfit.structured.prune_units`),"
+        " Taylor importances",
+        _TF,
+        "choose the units once with `select_units` (an L1/L2 importance) and"
+        " `shrink`, or " + _ON_TENSORFLOW,
+    ),
+    "sparse_training": Feature(
+        "dynamic sparse training (`maskfit.sparse`: `sparsify`, `SET`, `RigL`)",
+        _TF,
+        "a static sparse `ElementMask` trains under JAX; for SET or RigL, "
+        + _ON_TENSORFLOW,
+    ),
+    "custom_rules": Feature(
+        "mask rules of your own (`MaskRule` subclasses, written in TensorFlow ops)",
+        _TF,
+        _ON_TENSORFLOW,
+    ),
+    "exact_backup": Feature(
+        "`maskfit.ExactBackupAndRestore` (resume at the exact step)",
+        _TF,
+        "`keras.callbacks.BackupAndRestore` resumes at epoch boundaries (not"
+        " bit for bit); for an exact resume, " + _ON_TENSORFLOW,
+    ),
+    "strategies": Feature(
+        "`tf.distribute` strategies (`maskfit.distribute.make_strategy`)",
+        _TF,
+        "use `keras.distribution.DataParallel` under JAX, or " + _ON_TENSORFLOW,
+    ),
+    "custom_gradient": Feature(
+        "`maskfit.custom_gradient`, `maskfit.reduce_to_shape`"
+        " (built on `tf.custom_gradient`)",
+        _TF,
+        "use `jax.custom_vjp` (JAX checks gradient shapes itself), or "
+        + _ON_TENSORFLOW,
+    ),
+}
+"""Every feature by key: its name, its backends and what to use elsewhere."""
+
+
+def backend():
+    """The Keras backend of this process (`keras.backend.backend()`)."""
+    return keras.backend.backend()
+
+
+def runs_on(feature, name=None):
+    """Whether `FEATURES[feature]` runs on backend `name` (default: this one)."""
+    return (name or backend()) in FEATURES[feature].backends
+
+
+def require(feature, where=None):
+    """Raises the refusal of `FEATURES[feature]` when this backend cannot run it.
+
+    Args:
+      feature: a key of `FEATURES`.
+      where: what the user called, when the feature's name does not say it
+        (e.g. `"layer 'dense' (a RigL rule)"`).
+
+    Raises:
+      NotImplementedError: naming the backend, the feature, the backends it
+        runs on and what to use instead.
+
+    Example:
+
+    >>> require("model")  # runs everywhere: nothing happens
+    """
+    row = FEATURES[feature]
+    name = backend()
+    if name in row.backends:
+        return
+    called = f" ({where})" if where else ""
+    raise NotImplementedError(
+        f"{row.name}{called} is not supported on the Keras backend '{name}'"
+        f" (KERAS_BACKEND={name}); it runs on {', '.join(row.backends)}."
+        f" Instead: {row.instead}."
+    )
+
+
+def check_backend(name=None):
+    """Raises an ImportError when maskfit cannot run on Keras backend `name`.
+
+    Nothing of maskfit (its training step, the self-check of output units,
+    pruning) runs on a backend outside `BACKENDS`, so importing it there fails
+    at once rather than in `fit`.
+
+    Raises:
+      ImportError: naming the backend, the ones maskfit runs on and how to
+        choose one.
+    """
+    name = name or backend()
+    if name in BACKENDS:
+        return
+    tensorflow_only = [
+        row.name for row in FEATURES.values() if "jax" not in row.backends
+    ]
+    raise ImportError(
+        f"maskfit runs on the Keras backends {' and '.join(BACKENDS)}; this"
+        f" process uses '{name}' (KERAS_BACKEND={name}), which maskfit does not"
+        " support yet. Set KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax before"
+        " the first `import keras` (README's table says what runs where; under"
+        f" JAX these need TensorFlow: {'; '.join(tensorflow_only)})."
+    )
