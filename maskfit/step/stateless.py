@@ -12,13 +12,15 @@ retrace. One step, in the order Keras's `BaseOptimizer.apply` runs its own:
    entries are dropped too);
 3. `optimizer.stateless_apply`, with learning-rate multipliers
    (`maskfit.optim.stateless_rates`);
-4. around it, every assignment to a masked variable, or to one of its
-   optimizer slots of the variable's shape (momentum, Adam's moments,
-   accumulated gradients), keeps the frozen entries as they are:
-   `where(frozen, current, new)`, bit for bit, fused by XLA into the update
-   that made the value (the state is still updated in place); its EMA
-   average takes the variable's value there, so that
-   `finalize_variable_values` cannot move it either.
+4. around it, every assignment to a masked variable, and to each of its
+   optimizer slots of its shape (momentum, Adam's moments, accumulated
+   gradients), keeps the frozen entries as they are: `where(frozen,
+   current, new)`, bit for bit, fused by XLA into the update that made the
+   value (the state is still updated in place); its EMA average takes the
+   variable's value there, so that `finalize_variable_values` cannot move
+   it either. Slots of an optimizer whose update cannot read held values
+   (`_elementwise`: Adafactor, custom classes) get their frozen entries
+   back after the update instead.
 
 Slots of another shape (Adafactor's factored second moments) are shared by
 frozen and learning entries and evolve as the optimizer updates them; the
@@ -31,7 +33,7 @@ import keras
 import numpy as np
 
 from maskfit import internals
-from maskfit.optim import stateless_rates
+from maskfit.optim import rate_modes, stateless_rates
 from maskfit.spec import declare
 from maskfit.step import declared as declared_lib
 
@@ -197,8 +199,9 @@ def _slots(optimizer, variables):
     """Per variable: `(slots, average)`, the optimizer variables that hold per entry.
 
     `slots` are its per-entry slots (of its shape: momentum, Adam's moments,
-    accumulated gradients); `average` its EMA average, or None. Read on the
-    host from the optimizers within `optimizer`; cached on it.
+    accumulated gradients), each as `(slot, inline)`: whether it may be held
+    at each assignment (`_elementwise`); `average` its EMA average, or None.
+    Read on the host from the optimizers within `optimizer`; cached on it.
     """
     key = (tuple(id(v) for v in variables), tuple(id(v) for v in optimizer.variables))
     cache = getattr(optimizer, "_maskfit_stateless_slots", None)
@@ -210,20 +213,34 @@ def _slots(optimizer, variables):
             continue
         ema = {id(a) for a in internals.ema_averages_by_variable(each).values()}
         found, _ = internals.optimizer_state(each)
+        inline = _elementwise(each)
         for (_, variable_id), slot in found.items():
             if id(slot) in ema:
                 averages[variable_id] = slot
             else:
-                slots[variable_id].append(slot)
+                slots[variable_id].append((slot, inline))
     found = [
         (
-            [s for s in slots.get(id(v), ()) if tuple(s.shape) == tuple(v.shape)],
+            [s for s in slots.get(id(v), ()) if tuple(s[0].shape) == tuple(v.shape)],
             averages.get(id(v)),
         )
         for v in variables
     ]
     internals.set_untracked(optimizer, "_maskfit_stateless_slots", (key, found))
     return found
+
+
+def _elementwise(optimizer):
+    """Whether `optimizer`'s update may read held slot values within a step.
+
+    True for the Keras optimizers whose update reads a slot it just wrote
+    only where a held (older) value stays finite: all but Adafactor, which
+    divides by its new second moment (0 where held from the start, so NaN)
+    and spreads that through an RMS over the variable. Others (and custom
+    classes) get their slots' frozen entries back after the update instead.
+    """
+    rates = rate_modes.keras_rates(optimizer)
+    return rates is not None and not isinstance(optimizer, keras.optimizers.Adafactor)
 
 
 class _Held:
@@ -336,17 +353,29 @@ def stateless_apply(
     for position, gradient in enumerate(gradients):
         if gradient is None:
             held[position] = keras.ops.convert_to_tensor(True)  # no update at all
-    holds = []
+    holds, slot_holds = [], []
     slots = _slots(optimizer, variables) if held else ()
+    where = {id(v): i for i, v in enumerate(optimizer.variables)}
     for position, frozen in held.items():
         variable = variables[position]
         own, average = slots[position]
-        holds += [(variable, frozen, None)] + [(s, frozen, None) for s in own]
+        holds.append((variable, frozen, None))
         if average is not None:
             holds.append((average, frozen, variable))
+        for slot, inline in own:
+            if inline:
+                holds.append((slot, frozen, None))
+            elif id(slot) in where:
+                slot_holds.append((where[id(slot)], frozen))
     scaled = {id(variables[p]): m for p, m in multipliers.items()}
     with stateless_rates.scaled(optimizer, scaled), _Held(holds):
         new_trainable, new_optimizer = optimizer.stateless_apply(
             optimizer_values, gradients, trainable_values
+        )
+    # Slots whose update cannot read held values (`_elementwise`): put back.
+    new_optimizer = list(new_optimizer)
+    for index, frozen in slot_holds:
+        new_optimizer[index] = keras.ops.where(
+            frozen, optimizer_values[index], new_optimizer[index]
         )
     return list(new_trainable), list(new_optimizer)
