@@ -46,7 +46,7 @@ def _zeroed_weights(graph, layer, node):
     """The layer's weights with every entry recorded for unit `node` (or a
     node joined to it) at 0; as they are for `node` None."""
     mapping = []
-    for variable in layer.weights:
+    for variable in getattr(layer, "weights", ()):  # keras.ops calls: none
         value = np.asarray(variable.numpy())
         entry = graph.slices_of(variable)
         if entry is not None and node is not None:

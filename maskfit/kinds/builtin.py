@@ -13,6 +13,7 @@ from maskfit.kinds import (
     dense,
     elementwise,
     normalization,
+    ops,
     record,
     recurrent,
     refused,
@@ -50,5 +51,6 @@ KINDS = _merged()
 
 
 def install():
-    """Installs `KINDS` as the built-in records (`maskfit.kinds.record`)."""
+    """Installs `KINDS` (and the `keras.ops` couplings) as the built-in records."""
     record.install(KINDS)
+    record.install_ops(ops.OPS)

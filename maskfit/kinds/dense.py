@@ -132,8 +132,9 @@ KINDS = {
         # Its output matrix is pruned too when it is not tied to the embeddings.
         prunable=Prunable(("embeddings",), optional=("reverse_embeddings",)),
         coupling=Refused(
-            "maps its units back to the vocabulary in reverse mode with the same"
-            " weights, so its units are not separable"
+            "maps its units back to the vocabulary in reverse mode, with the same"
+            " matrix when tied (tied input and output embeddings), so its units,"
+            " the residual width, stay"
         ),
     ),
 }

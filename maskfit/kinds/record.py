@@ -26,7 +26,9 @@ __all__ = [
     "Unsupported",
     "builtin",
     "builtin_classes",
+    "builtin_op",
     "install",
+    "install_ops",
 ]
 
 
@@ -103,6 +105,31 @@ def install(kinds):
     if bad:
         raise ValueError(f"Layer kinds must be LayerKind records. Received: {bad!r}")
     _BUILTIN.update(kinds)
+
+
+_BUILTIN_OPS = {}
+
+
+def install_ops(couplings):
+    """Installs `{class name: Coupling}` of the `keras.ops` operations (once).
+
+    A functional model records each `keras.ops` call on a KerasTensor (`x +
+    3.0`, `x[:, 0]`, `keras.ops.mean(x, axis=1)`) as an operation, not a
+    layer: it has no weights and no other record, only a coupling.
+    """
+    if _BUILTIN_OPS and _BUILTIN_OPS != couplings:
+        raise ValueError(
+            "maskfit's keras.ops couplings are installed once, when maskfit is"
+            f" imported; they already hold {len(_BUILTIN_OPS)} operations."
+        )
+    _BUILTIN_OPS.update(couplings)
+
+
+def builtin_op(cls):
+    """The built-in coupling of a Keras operation class (by its name), or None."""
+    if not getattr(cls, "__module__", "").startswith("keras."):
+        return None
+    return _BUILTIN_OPS.get(cls.__name__)
 
 
 def builtin(cls):

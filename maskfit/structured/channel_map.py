@@ -20,7 +20,7 @@ from maskfit.structured.unit_nodes import TensorUnits
 __all__ = ["propagate"]
 
 # A size for unknown (None) non-batch dimensions while the layer runs.
-_FILL = 8
+FILL = 8
 
 
 def _run(layer, values):
@@ -31,25 +31,31 @@ def _run(layer, values):
     return np.asarray(keras.ops.convert_to_numpy(out), np.float64)
 
 
-def channel_positions(layer, shape, axis, width):
+def channel_positions(layer, shape, axis, width, run=None):
     """Runs `layer` on channel numbers; returns the channel of each output position.
 
     Args:
+      layer: the layer (called on the numbers unless `run` is given).
       shape: the input shape (None dimensions are filled in).
       axis: the (negative) input axis of the channels.
       width: the number of channels.
+      run: `values -> output`, to run something other than `layer(values)`
+        (an operation called with its other arguments).
 
     Returns:
       An int array of the output's shape without the batch axis: `c + 1`
       where channel `c` landed, 0 where no channel did. Or None when the
       layer does not output channel numbers (it mixes them).
     """
-    shape = [1] + [_FILL if d is None else int(d) for d in shape[1:]]
+    shape = [1] + [FILL if d is None else int(d) for d in shape[1:]]
     numbers = np.arange(1, width + 1, dtype=np.float64)
     view = [1] * len(shape)
     view[axis] = width
     values = np.broadcast_to(numbers.reshape(view), shape)
-    out = _run(layer, values)[0]
+    if run is None:
+        out = _run(layer, values)[0]
+    else:
+        out = np.asarray(keras.ops.convert_to_numpy(run(values)), np.float64)[0]
     rounded = np.rint(out)
     if (
         np.any(np.abs(out - rounded) > 1e-3)
@@ -72,8 +78,10 @@ def _along(positions, axis):
     return None
 
 
-def propagate(layer, call, source):
+def propagate(layer, call, source, run=None):
     """The units of `layer`'s output, given its input's (`source`).
+
+    `run` is as for `channel_positions`.
 
     Returns:
       `(TensorUnits, None)`, or `(None, problem)` with what stops it (a
@@ -81,7 +89,9 @@ def propagate(layer, call, source):
     """
     in_shape = call.input_shape(0)
     try:
-        positions = channel_positions(layer, in_shape, source.axis, len(source.ids))
+        positions = channel_positions(
+            layer, in_shape, source.axis, len(source.ids), run
+        )
     except Exception as error:  # noqa: BLE001 - a layer that cannot run keeps the units
         return (
             None,

@@ -171,9 +171,4 @@ def unsupported(layer):
         return f"is quantized ({mode}); prune before quantizing"
     if getattr(layer, "lora_enabled", False):
         return "has LoRA enabled; prune it before enabling LoRA"
-    if getattr(layer, "groups", 1) != 1:
-        return (
-            f"is a grouped convolution (groups={layer.groups}), whose channels"
-            " go in groups across input and output"
-        )
     return None

@@ -333,7 +333,19 @@ def coupling_of(layer):
                 " expected a maskfit.pruning.Coupling (e.g. UnitCoupling)."
             )
         return found
+    if found is None and not isinstance(layer, keras.layers.Layer):
+        found = record.builtin_op(cls)
+        if found is None:
+            return Refused(
+                f"is a keras.ops call ({cls.__name__}) that maskfit has no"
+                " coupling for, so which channels it mixes is unknown"
+            )
     if found is None:
+        from maskfit.structured import couplings_hub
+
+        found = couplings_hub.coupling_for(layer)
+        if found is not None:
+            return found
         base = _LOOKUP.builtin_base(cls)
         if base is not None and not isinstance(_LOOKUP.builtin(base), Refused):
             return Refused(

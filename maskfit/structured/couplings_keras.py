@@ -60,6 +60,8 @@ class Producer(Coupling):
         problem = unsupported(layer)
         if problem:
             return graph.refuse(layer, call.inputs, problem, call.num_outputs)
+        if getattr(layer, "groups", 1) != 1:
+            return _grouped(call, graph)
         axis = self.channel_axis(layer)
         if not self.reads and call.inputs:
             graph.fix(call.inputs[0].ids, f"read by '{layer.name}' as indices")
@@ -77,8 +79,69 @@ class Producer(Coupling):
         return [TensorUnits(axis, space.ids)]
 
     def shrink_config(self, layer, config, shrunk):
+        passed = shrunk.note(layer, "groups")
+        if passed is not None:  # one input channel per group: whole groups went
+            kept = int(np.sum(shrunk.kept(passed)))
+            config["groups"] = kept
+            config[self.units_key] = kept * (layer.filters // layer.groups)
+            return config
         config[self.units_key] = shrunk.count(layer)
         return config
+
+
+def _grouped(call, graph):
+    """A grouped convolution (`groups > 1`): channels go by group.
+
+    Group `g` reads input channels `g * per_in ...` with kernel positions
+    `0 .. per_in - 1` along axis -2, shared by all groups, and makes filters
+    `g * per_out ...`. With one input channel per group (a depthwise
+    convolution written as Conv2D(C, k, groups=C)), that channel and its
+    group's filters go together, and `groups` shrinks. Otherwise the same
+    kernel position goes from every group at once (the input channels
+    `p`, `per_in + p`, ... are joined) and so does the same filter of
+    every group: equal numbers per group, `groups` unchanged.
+    """
+    layer = call.layer
+    axis = conv_axis(layer)
+    groups = layer.groups
+    kernel, bias = variable(layer, "kernel"), variable(layer, "bias")
+    per_in, per_out = kernel.shape[-2], layer.filters // groups
+    source = call.inputs[0]
+    ids = read_units(call, graph, source, axis)
+    if per_in == 1 and ids is not None and np.any(ids >= 0):
+        repeated = np.repeat(ids, per_out)
+        graph.slice(layer, kernel, -1, repeated)
+        if bias is not None:
+            graph.slice(layer, bias, 0, repeated, scored=False)
+        if graph.ignores(layer):
+            graph.fix(ids, f"layer '{layer.name}' is in ignored_layers")
+        _avoid_bias_on_last_axis(graph, call, repeated)
+        graph.note(layer, "groups", ids)
+        graph.say(
+            layer,
+            f"grouped convolution (groups={groups}) with one input channel per"
+            f" group: a channel and its group's {per_out} filters go together",
+        )
+        return [TensorUnits(axis, repeated, source.reason)]
+    why = f"read at the same kernel position by every group of '{layer.name}'"
+    if ids is not None:
+        blocks = ids.reshape(groups, per_in)
+        for block in blocks[1:]:
+            graph.join(blocks[0], block, f"{why}, with a channel that stays")
+        graph.slice(layer, kernel, -2, blocks[0])
+    space = own_units(graph, layer, layer.filters, {"kernel": (-1, 1), "bias": (0, 1)})
+    own = space.ids.reshape(groups, per_out)
+    for block in own[1:]:
+        graph.join(
+            own[0], block, f"made at the same position by every group of '{layer.name}'"
+        )
+    _avoid_bias_on_last_axis(graph, call, space.ids)
+    graph.say(
+        layer,
+        f"grouped convolution (groups={groups}): filters and input channels go"
+        " in equal numbers from every group, at the same positions",
+    )
+    return [TensorUnits(axis, space.ids)]
 
 
 def conv_axis(layer):

@@ -13,6 +13,7 @@ unit they read. Which layer class takes which coupling is in its record
 (`maskfit.kinds`).
 """
 
+import keras
 import numpy as np
 
 from maskfit.structured import channel_map
@@ -116,33 +117,84 @@ def _common_axis(inputs):
     return axes.pop() if len(axes) == 1 else None
 
 
+def _width(shape, axis):
+    """The size of `shape` along negative `axis` (1 where the rank is too small)."""
+    return shape[axis] if -len(shape) <= axis else 1
+
+
+def _constants(call):
+    """The shapes of the call's constant arguments that are arrays (not KerasTensors)."""
+    shapes = []
+    for value in keras.tree.flatten((call.call.args, call.call.kwargs)):
+        if isinstance(value, keras.KerasTensor) or isinstance(value, (str, bytes)):
+            continue
+        shape = getattr(value, "shape", None)
+        if shape is None:
+            try:
+                shape = np.shape(value)
+            except (TypeError, ValueError):
+                continue
+        shapes.append(tuple(shape))
+    return shapes
+
+
 class Merge(Coupling):
-    """Element-wise merges: channel `c` of every input makes channel `c`."""
+    """Element-wise merges: channel `c` of every input makes channel `c`.
+
+    Also the element-wise `keras.ops` calls (`x + 3.0`, `x * gate`). Inputs
+    may broadcast along the other axes (a squeeze-and-excite gate of shape
+    (1, 1, C) times a (H, W, C) tensor: the gate's channel `c` goes with
+    the tensor's); an input of width 1 along the units' axis reaches every
+    channel, so its unit stays; a constant argument that differs along the
+    units' axis keeps them (a smaller model would need a cut constant).
+    """
 
     def couple(self, call, graph):
         layer, inputs = call.layer, call.inputs
-        shapes = [tuple(t.shape[1:]) for t in call.call.inputs]
-        carrying = [u for u in inputs if u.ids is not None]
-        if not carrying:
-            return [inputs[0]]
+        tensors = call.call.inputs
+        if not any(u.ids is not None for u in inputs):
+            return [inputs[0]] * call.num_outputs
         axis = _common_axis(inputs)
-        if len(set(shapes)) != 1 or axis is None:
+        shapes = [tuple(t.shape[1:]) for t in tensors]
+        if axis is None:
             return graph.refuse(
                 layer,
                 inputs,
-                f"merges inputs of shapes {shapes} (broadcast, or units on"
-                " different axes)",
+                f"merges inputs of shapes {shapes} with units on different axes",
+                call.num_outputs,
             )
-        first = carrying[0]
-        for other in inputs:
-            ids = other.ids if other.ids is not None else np.full(len(first.ids), -1)
+        width = call.output_shape(0)[axis]
+        full = [u for t, u in zip(tensors, inputs) if _width(t.shape, axis) == width]
+        base = next((u for u in full if u.ids is not None), None)
+        for tensor, units in zip(tensors, inputs):
+            if _width(tensor.shape, axis) != width and units.ids is not None:
+                graph.fix(
+                    units.ids,
+                    f"broadcast by '{layer.name}' over all {width} channels of"
+                    " its other input",
+                )
+        if base is None:
+            return [
+                TensorUnits.none(f"output of '{layer.name}', broadcast over channels")
+            ] * call.num_outputs
+        for other in full:
+            ids = other.ids if other.ids is not None else np.full(width, -1)
             graph.join(
-                first.ids,
+                base.ids,
                 ids,
                 f"merged by '{layer.name}' with an input whose channels stay"
                 f" ({other.reason})",
             )
-        return [TensorUnits(axis, first.ids)]
+        for shape in _constants(call):
+            if _width(shape, axis) not in (1, None) or (
+                len(shape) > len(call.output_shape(0))
+            ):
+                graph.fix(
+                    base.ids,
+                    f"combined by '{layer.name}' with a constant of shape {shape}"
+                    " that differs along the units' axis (it could not be cut)",
+                )
+        return [TensorUnits(axis, base.ids, base.reason)] * call.num_outputs
 
 
 class Concatenate(Coupling):

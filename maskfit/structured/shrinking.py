@@ -7,7 +7,13 @@ import numpy as np
 
 from maskfit.spec import rules as rules_lib
 from maskfit.structured import couplings as couplings_lib
-from maskfit.structured import keras_graph, unit_graph, unit_rule
+from maskfit.structured import (
+    couplings_hub,
+    hub_shrink,
+    keras_graph,
+    unit_graph,
+    unit_rule,
+)
 from maskfit.structured import structured as prune_units_lib
 
 __all__ = ["shrink"]
@@ -35,7 +41,7 @@ class _Shrunk:
         return self.graph.note(layer, key)
 
 
-def shrink(model, selection=None):
+def shrink(model, selection=None, uniform=False):
     """Returns a stock Keras model without the removed units, its outputs unchanged.
 
     Every layer keeps its name and class, with fewer units, filters or heads
@@ -51,12 +57,20 @@ def shrink(model, selection=None):
       selection: a `UnitSelection` (from `select_units`, or
         `UnitSelection.removing`); by default, the units that `prune_units`
         has removed from `model` so far.
+      uniform: for a keras_hub backbone whose transformer blocks all keep
+        the same numbers of heads and FFN units: return the backbone's own
+        keras_hub class with a smaller config (`intermediate_dim`,
+        `num_heads`, `num_query_heads`, `num_key_value_heads`), which
+        `from_config` rebuilds. A model pruned with `prune_units` remembers
+        the backbone it was made from. Otherwise a functional `keras.Model`
+        of the same layers, each with its own smaller config.
 
     Returns:
       The smaller model (`size_report(model, shrunk)` compares the two).
 
     Raises:
-      ValueError: for a subclassed model, or a selection made for another model.
+      ValueError: for a subclassed model, a selection made for another model,
+        or `uniform=True` where the blocks keep different counts.
 
     Example:
 
@@ -88,6 +102,8 @@ def shrink(model, selection=None):
             f"shrink: {problems[0]}. Choose one unit more or fewer for that layer."
         )
     shrunk = _Shrunk(selection.graph, selection.kept)
+    if uniform:
+        return hub_shrink.same_class(prune_units_lib.origin_of(model), shrunk)
     pairs = []
     small = _rebuild(model, None, shrunk, pairs, {})
     for old, new in pairs:
@@ -96,9 +112,12 @@ def shrink(model, selection=None):
 
 
 def _new_layer(layer, shrunk):
-    config = copy.deepcopy(layer.get_config())
-    config = couplings_lib.coupling_of(layer).shrink_config(layer, config, shrunk)
-    return type(layer).from_config(_unbuilt(config))
+    config = copy.deepcopy(hub_shrink.config_of(layer))
+    coupling = couplings_lib.coupling_of(layer)
+    config = _unbuilt(coupling.shrink_config(layer, config, shrunk))
+    if isinstance(coupling, couplings_hub.HubBlock):
+        return coupling.rebuild(layer, config)
+    return type(layer).from_config(config)
 
 
 def _unbuilt(config):
@@ -148,7 +167,8 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
                 new = _rebuild(layer, inner, shrunk, pairs, made)
             else:
                 new = _new_layer(layer, shrunk)
-                pairs.append((layer, new))
+                if isinstance(layer, keras.layers.Layer):
+                    pairs.append((layer, new))  # keras.ops calls have no weights
             made[id(layer)] = new
         result = new(*args, **kwargs)
         for tensor, value in zip(call.outputs, keras.tree.flatten(result)):

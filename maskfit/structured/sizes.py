@@ -142,7 +142,7 @@ def _sizes(model, prefix=""):
         if keras_graph.is_graph_model(layer):
             found.update(_sizes(layer, path + "/"))
             continue
-        params = sum(size(v) for v in layer.weights)
+        params = sum(size(v) for v in getattr(layer, "weights", ()))  # ops: none
         macs = macs_of(
             layer,
             [tuple(t.shape) for t in call.inputs],

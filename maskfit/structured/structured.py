@@ -80,6 +80,7 @@ def prune_units(
     )
     _check_model(model, "prune_units")
     masked = conversion.masked_model(model)
+    rule.origin = origin_of(model)
     rule.plan(masked)
     rules_lib.set_rule(masked, rule)
     return masked
@@ -100,6 +101,12 @@ def _check_model(model, where):
             " graph yet). Build it with keras.Input and the functional API, or"
             " start the Sequential with keras.Input(shape)."
         )
+
+
+def origin_of(model):
+    """The model `model` was made from by `prune_units` (itself if none)."""
+    rule = rules_lib.get_rule(model)
+    return getattr(rule, "origin", None) or model
 
 
 class UnitSelection(NamedTuple):

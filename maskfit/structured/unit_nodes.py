@@ -105,6 +105,10 @@ class UnitNodes:
                 self.fix(space.ids, f"layer '{layer.name}' is in ignored_layers")
         return self._own[key]
 
+    def ignores(self, layer):
+        """Whether `layer` is in `ignored_layers` (its units stay)."""
+        return id(layer) in self._ignored
+
     def _find(self, node):
         parent = self._parent
         root = node

@@ -1,0 +1,146 @@
+"""`shrink(..., uniform=True)` of a keras_hub backbone: the same class, a smaller config.
+
+When every block keeps as many heads and FFN units as the others (what a
+per-layer fraction gives: LLM width pruning), the shrunk backbone is the
+backbone's own keras_hub class with `intermediate_dim` (`mlp_dim`),
+`num_heads` / `num_query_heads` / `num_key_value_heads` (and `head_dim`,
+where the class has it) written in its config: `from_config` rebuilds it,
+and it saves and loads with Keras and keras_hub only.
+"""
+
+import inspect
+
+import keras
+import numpy as np
+
+from maskfit import internals
+from maskfit.structured import couplings as couplings_lib
+from maskfit.structured import couplings_hub, hub_twins
+
+__all__ = ["block_config", "config_of", "same_class"]
+
+
+def config_of(layer):
+    """`layer.get_config()` as `from_config` takes it, for keras_hub's layers too.
+
+    Where keras_hub's `get_config` raises (0.32's `LlamaTransformerDecoder`
+    reads an attribute it never sets), the config is read from the layer's
+    `__init__` arguments; keys its `__init__` does not take (0.32's
+    `ViTPatchingAndEmbedding` writes `num_patches`) are left out.
+    """
+    if couplings_hub.hub_class_name(layer) is None:
+        return layer.get_config()
+    parameters = inspect.signature(type(layer).__init__).parameters
+    try:
+        config = layer.get_config()
+    except AttributeError:
+        config = keras.layers.Layer.get_config(layer)
+        for name in parameters:
+            if name not in ("self", "kwargs") and hasattr(layer, name):
+                value = getattr(layer, name)
+                if isinstance(value, keras.initializers.Initializer):
+                    value = keras.initializers.serialize(value)
+                elif callable(value):
+                    value = keras.activations.serialize(value)
+                config[name] = value
+    base = keras.layers.Layer.get_config(layer)
+    return {k: v for k, v in config.items() if k in parameters or k in base}
+
+
+def block_config(model, shrunk):
+    """`{config key: value}` that every hub block of `model` keeps, or raises.
+
+    Raises:
+      ValueError: naming the blocks, when they keep different counts or the
+        model has none.
+    """
+    found, head_sizes = {}, set()
+    for layer in internals.sublayers(model):
+        coupling = couplings_lib.coupling_of(layer)
+        if isinstance(coupling, couplings_hub.HubBlock):
+            for counts in coupling.counts(layer, shrunk):
+                found.setdefault(tuple(sorted(counts.items())), []).append(layer.name)
+            head_sizes.add(couplings_hub.head_size(layer, coupling.spec))
+    if len(found) != 1 or len(head_sizes) > 1:
+        raise ValueError(
+            f"shrink(uniform=True) keeps the class of '{model.name}'"
+            f" ({type(model).__name__}) only when every transformer block keeps as"
+            " many heads and FFN units as the others. Received: "
+            + (
+                "; ".join(f"{dict(k)} in {v}" for k, v in found.items())
+                if found
+                else "no keras_hub transformer block"
+            )
+            + ". Prune with a per-layer fraction (global_pruning=False), or"
+            " shrink with uniform=False for a functional model."
+        )
+    config = dict(next(iter(found)))
+    if len(head_sizes) == 1:
+        config["head_dim"] = head_sizes.pop()
+    return config
+
+
+def same_class(origin, shrunk):
+    """`origin`'s class rebuilt from its config with the kept counts; weights cut.
+
+    A keras_hub task model (`LlamaCausalLM`) gets its backbone shrunk so and
+    is built anew around it, with its preprocessor (the task class of the
+    backbone's twin, where the backbone became its twin).
+
+    Args:
+      origin: the keras_hub backbone or task (the model pruned, or the model
+        a `MaskedModel` was made from: it holds the same variables).
+      shrunk: the `_Shrunk` of the selection.
+    """
+    backbone = getattr(origin, "backbone", None)
+    if isinstance(backbone, keras.Model) and couplings_hub.hub_class_name(origin):
+        small = _backbone(backbone, shrunk)
+        cls = type(origin)
+        if type(small) is not type(backbone):
+            cls = hub_twins.twin_class(cls.__name__)
+        return cls(backbone=small, preprocessor=origin.preprocessor)
+    return _backbone(origin, shrunk)
+
+
+def _backbone(origin, shrunk):
+    config = origin.get_config()
+    counts = block_config(origin, shrunk)
+    head_dim = counts.pop("head_dim", None)
+    name, cls = type(origin).__name__, type(origin)
+    heads_changed = any(config.get(k) != v for k, v in counts.items() if "heads" in k)
+    config.update(counts)
+    if "head_dim" in config:
+        config["head_dim"] = head_dim
+    elif heads_changed and name in hub_twins.TWINS:
+        if getattr(origin, "tie_word_embeddings", False):
+            raise ValueError(
+                f"shrink(uniform=True): '{origin.name}' ({name}) ties its input and"
+                " output embeddings, which its twin class"
+                f" {hub_twins.TWINS[name][1]} (a Llama with a head size of its own)"
+                " cannot. Keep its heads, or shrink with uniform=False."
+            )
+        cls = hub_twins.twin_class(name)
+        config = hub_twins.twin_config(name, config, head_dim)
+    small = cls.from_config(config)
+    graph = shrunk.graph
+    old, new = origin.weights, small.weights
+    if len(old) != len(new):
+        raise ValueError(
+            f"shrink(uniform=True): {type(origin).__name__} rebuilt from its config"
+            f" has {len(new)} weights, the pruned one {len(old)}; its class cannot"
+            " be kept. Shrink with uniform=False."
+        )
+    for source, target in zip(old, new):
+        value = np.asarray(keras.ops.convert_to_numpy(source))
+        entry = graph.slices_of(source)
+        if entry is not None:
+            for axis, ids in entry.axes.items():
+                value = np.compress(shrunk.kept(ids), value, axis=axis)
+        if value.shape != tuple(target.shape):
+            raise ValueError(
+                f"shrink(uniform=True): '{source.path}' cut to {value.shape} does"
+                f" not fit '{target.path}' {tuple(target.shape)} of the rebuilt"
+                f" {type(origin).__name__}. Shrink with uniform=False."
+            )
+        target.assign(value)
+    return small
