@@ -43,6 +43,17 @@ def build(name):
             intermediate_dim=32,
         )
         return model, _tokens(50, rng)
+    if name in ("mistral", "qwen"):
+        cls = models.MistralBackbone if name == "mistral" else models.QwenBackbone
+        model = cls(
+            vocabulary_size=50,
+            num_layers=2,
+            num_query_heads=4,
+            num_key_value_heads=2,
+            hidden_dim=16,
+            intermediate_dim=32,
+        )
+        return model, _tokens(50, rng)
     if name == "gemma":
         model = models.GemmaBackbone(
             vocabulary_size=50,

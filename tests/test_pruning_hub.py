@@ -159,15 +159,31 @@ def test_llama_fit_prunes_gradually_and_loads_without_maskfit(tmp_path, uniform)
     assert loaded == ("MistralBackbone" if uniform else "Functional")
 
 
-# name: (heads removable, the class shrink(uniform=True) gives at half of both)
+# name: the class shrink(uniform=True) gives at half the heads and FFN units
+# (None: the blocks' class derives its head size, so only uniform=False
+# shrinks their heads, into stock Keras layers), with FFN units only.
 BACKBONES = {
-    "llama": (True, "MistralBackbone"),
-    "gemma": (True, "GemmaBackbone"),
-    "bert": (False, "BertBackbone"),
-    "gpt2": (False, "GPT2Backbone"),
-    "vit": (False, "ViTBackbone"),
+    "llama": ("MistralBackbone", "LlamaBackbone"),
+    "gemma": ("GemmaBackbone", "GemmaBackbone"),
+    "bert": (None, "BertBackbone"),
+    "gpt2": (None, "GPT2Backbone"),
+    "vit": (None, "ViTBackbone"),
 }
+
+
 _REFUSED_HEADS = "derives its head size from hidden_dim // num_heads"
+
+
+def _shrinks_uniformly(name, model, selection, expected, inputs):
+    uniform_class = BACKBONES[name][0]
+    if uniform_class is None:
+        with pytest.raises(ValueError, match="derive their head size"):
+            pruning.shrink(model, selection, uniform=True)
+        return None
+    same = pruning.shrink(model, selection, uniform=True)
+    assert type(same).__name__ == uniform_class
+    hub_cases.assert_close(hub_cases.outputs(same, inputs), expected)
+    return same
 
 
 @pytest.mark.parametrize("name", sorted(BACKBONES))
@@ -175,25 +191,34 @@ def test_backbone_one_shot_half(name):
     model, inputs = hub_cases.build(name)
     started = time.perf_counter()
     selection = pruning.select_units(model, 0.5)
-    heads, uniform_class = BACKBONES[name]
-    spaces = _blocks(selection.graph)
     removed = selection.removed()
-    for space in spaces:
+    for space in _blocks(selection.graph):
         gone = removed.get(space.layer.name, {}).get(space.name, [])
-        if space.kind == "units" or heads:
-            assert len(gone) == space.size // 2, (space, gone)
-        else:
-            assert not gone
-            assert _REFUSED_HEADS in selection.graph.explain(space.layer)
+        assert len(gone) == space.size // 2, (space, gone)
     expected = hub_cases.masked_outputs(selection, inputs)
     small = pruning.shrink(model, selection)
     hub_cases.assert_close(hub_cases.outputs(small, inputs), expected)
+    same = _shrinks_uniformly(name, model, selection, expected, inputs)
+    ratio = hub_cases.block_params(same or small) / hub_cases.block_params(model)
+    seconds = time.perf_counter() - started
+    print(f"{name}: params {ratio:.3f} of dense, select+shrink {seconds:.1f} s")
+    assert ratio <= 0.6, ratio
+
+
+@pytest.mark.parametrize("name", sorted(BACKBONES))
+def test_backbone_ffn_only_keeps_its_class(name):
+    model, inputs = hub_cases.build(name)
+    graph = pruning.DependencyGraph(model)
+    units = {}
+    for space in _blocks(graph):
+        if space.kind == "units":
+            chosen = list(range(0, space.size, 2))
+            units.setdefault(space.layer.name, {})[space.name] = chosen
+    selection = pruning.UnitSelection.removing(graph, units)
     same = pruning.shrink(model, selection, uniform=True)
-    assert type(same).__name__ == uniform_class
+    assert type(same).__name__ == BACKBONES[name][1]
+    expected = hub_cases.masked_outputs(selection, inputs)
     hub_cases.assert_close(hub_cases.outputs(same, inputs), expected)
-    ratio = hub_cases.block_params(same) / hub_cases.block_params(model)
-    print(f"{name}: params {ratio:.3f} of dense, {time.perf_counter() - started:.1f} s")
-    assert ratio <= (0.6 if heads else 0.7), ratio
 
 
 @pytest.mark.parametrize("name", sorted(BACKBONES) + ["resnet"])
@@ -206,15 +231,153 @@ def test_backbone_prunes_in_fit(name):
     targets = [np.zeros(s, "float32") for s in expected_shapes]
     pruned.compile(optimizer="adam", loss=["mse"] * len(targets))
     pruned.fit(inputs, targets if len(targets) > 1 else targets[0], epochs=4, verbose=0)
-    removed = pruning.unit_selection(pruned).removed()
-    assert removed
+    selection = pruning.unit_selection(pruned)
+    assert selection.removed()
+    expected = hub_cases.outputs(pruned, inputs)
     small = pruning.shrink(pruned)
-    hub_cases.assert_close(
-        hub_cases.outputs(small, inputs), hub_cases.outputs(pruned, inputs)
-    )
+    hub_cases.assert_close(hub_cases.outputs(small, inputs), expected)
     if name != "resnet":
-        same = pruning.shrink(pruned, uniform=True)
-        assert type(same).__name__ == BACKBONES[name][1]
-        hub_cases.assert_close(
-            hub_cases.outputs(same, inputs), hub_cases.outputs(pruned, inputs)
+        _shrinks_uniformly(name, pruned, selection, expected, inputs)
+
+
+@pytest.mark.parametrize(
+    "name, uniform",
+    [
+        pytest.param(n, u, marks=pytest.mark.slow)
+        for n, u in [
+            ("gemma", True),
+            ("bert", False),
+            ("gpt2", False),
+            ("resnet", False),
+        ]
+    ]
+    + [
+        pytest.param(
+            "vit",
+            False,
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.xfail(
+                    strict=True,
+                    reason="keras_hub 0.32's ViTPatchingAndEmbedding.get_config writes"
+                    " num_patches, which its __init__ refuses: a functional model"
+                    " holding it does not load (ViTBackbone's own config does)",
+                ),
+            ],
         )
+    ],
+)
+def test_backbone_shrunk_loads_without_maskfit(tmp_path, name, uniform):
+    model, inputs = hub_cases.build(name)
+    selection = pruning.select_units(model, 0.5)
+    small = pruning.shrink(model, selection, uniform=uniform)
+    expected = hub_cases.masked_outputs(selection, inputs)
+    small.save(tmp_path / "small.keras")
+    hub_cases.save_inputs(inputs, tmp_path / "inputs.npz")
+    np.save(tmp_path / "expected.npy", expected)
+    loaded = hub_cases.loads_without_maskfit(
+        tmp_path / "small.keras", tmp_path / "inputs.npz", tmp_path / "expected.npy"
+    )
+    assert loaded == type(small).__name__
+
+
+@pytest.mark.parametrize("name, heads", [("mistral", True), ("qwen", False)])
+def test_other_decoders(name, heads):
+    model, inputs = hub_cases.build(name)
+    selection = pruning.select_units(model, 0.5)
+    removed = selection.removed()["transformer_layer_0"]
+    assert len(removed["units"]) == 16
+    assert len(removed.get("heads", [])) == (1 if heads else 0)
+    if not heads:  # Qwen derives its head size and has no twin: they stay
+        assert _REFUSED_HEADS in selection.graph.explain("transformer_layer_0")
+    expected = hub_cases.masked_outputs(selection, inputs)
+    for uniform in (False, True):
+        small = pruning.shrink(model, selection, uniform=uniform)
+        hub_cases.assert_close(hub_cases.outputs(small, inputs), expected)
+    assert type(small) is type(model)
+
+
+@pytest.mark.other_modes_slow
+def test_llama_removed_entries_stay_zero_in_every_mode(mode):
+    model, inputs = hub_cases.build("llama")
+    pruned = pruning.prune_units(
+        model, pruning.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=2, frequency=1)
+    )
+    pruned.compile(optimizer="adamw", loss="mse", **mode)
+    target = np.ones((2, hub_cases.SEQUENCE, 16), "float32")
+    pruned.fit(inputs, target, epochs=4, batch_size=2, verbose=0)
+    selection = pruning.unit_selection(pruned)
+    graph = selection.graph
+    checked = 0
+    for entry in graph.sliced_variables(trainable=True):
+        value = keras.ops.convert_to_numpy(entry.variable)
+        for axis, ids in entry.axes.items():
+            gone = ~graph.kept_positions(ids, selection.kept)
+            removed = np.compress(gone, value, axis=axis)
+            np.testing.assert_array_equal(removed, np.zeros_like(removed))
+            checked += removed.size
+    assert checked > 0
+    hub_cases.assert_close(
+        hub_cases.outputs(pruning.shrink(pruned, uniform=True), inputs),
+        hub_cases.outputs(pruned, inputs),
+    )
+
+
+def test_cached_multi_head_attention_in_a_functional_graph():
+    inputs = keras.Input((5, 8))
+    hidden = keras.layers.Dense(8, name="hidden")(inputs)
+    layer = keras_hub.layers.CachedMultiHeadAttention(
+        num_heads=4, key_dim=3, name="att"
+    )
+    model = keras.Model(inputs, keras.layers.Dense(2)(layer(hidden, hidden)))
+    text = pruning.DependencyGraph(model).explain("att")
+    assert "4 heads (heads): all removable" in text
+    selection = pruning.select_units(model, 0.5)
+    assert len(selection.removed()["att"]["heads"]) == 2
+    x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    small = pruning.shrink(model, selection)
+    assert small.get_layer("att").num_heads == 2
+    hub_cases.assert_close(
+        hub_cases.outputs(small, x), hub_cases.masked_outputs(selection, x)
+    )
+
+
+def test_gradient_check_has_no_false_cut_on_a_wider_block():
+    # 176k gate entries: a live gradient passes near 0 by chance; only an
+    # exact 0 is a cut (this once kept the heads of such a block).
+    model = keras_hub.models.LlamaBackbone(
+        vocabulary_size=100,
+        num_layers=1,
+        num_query_heads=8,
+        num_key_value_heads=2,
+        hidden_dim=256,
+        intermediate_dim=688,
+    )
+    text = pruning.DependencyGraph(model).explain("transformer_layer_0")
+    assert "2 heads (heads): all removable" in text, text
+    assert "688 units (units): all removable" in text, text
+
+
+def test_llama3_shrinks_into_the_twin_too():
+    model = keras_hub.models.Llama3Backbone(
+        vocabulary_size=50,
+        num_layers=2,
+        num_query_heads=4,
+        num_key_value_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+    )
+    _, inputs = hub_cases.build("llama")
+    lm = keras_hub.models.Llama3CausalLM(backbone=model, preprocessor=None)
+    selection = pruning.select_units(lm, 0.5)
+    small = pruning.shrink(lm, selection, uniform=True)
+    assert type(small).__name__ == "MistralCausalLM"
+    hub_cases.assert_close(
+        hub_cases.outputs(small, inputs), hub_cases.masked_outputs(selection, inputs)
+    )
+
+
+def test_uniform_needs_a_keras_hub_model():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8)])
+    with pytest.raises(ValueError, match="rebuilds a keras_hub model's own class"):
+        pruning.shrink(model, uniform=True)

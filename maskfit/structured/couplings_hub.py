@@ -16,10 +16,11 @@ when the graph is built (`hub_check`). What a block exposes:
   and a row of the output projection.
 - the residual stream stays: every block normalizes it as a whole.
 
-Where a block's class derives its head size from `hidden_dim // num_heads`
-(Llama, Qwen, BERT's and GPT-2's blocks, ViT), fewer heads cannot be written
-in its config without changing the head size, so its heads stay (`explain`
-says so) and its FFN units go. keras_hub is never imported here: classes are
+Where a block's class derives its head size from `hidden_dim // num_heads`,
+fewer heads cannot be written in its config: `shrink` then gives a Llama
+block its Mistral twin (`hub_twins`), writes BERT's, GPT-2's and ViT's
+blocks out as stock Keras layers (`hub_stock`), and keeps the heads of the
+others (Qwen), which `explain` says. keras_hub is never imported here: classes are
 matched by module and name.
 """
 
@@ -103,6 +104,9 @@ def _mha(path):
     )
 
 
+# Blocks that `shrink` rebuilds from stock Keras layers (`hub_stock`).
+_STOCK = ("TransformerEncoder", "TransformerDecoder", "ViTEncoder")
+
 _TRANSFORMER_FFN = (
     (("feedforward_intermediate_dense",),),
     ("feedforward_output_dense",),
@@ -151,6 +155,12 @@ def hub_class_name(layer):
 def coupling_for(layer):
     """The registered coupling of a keras_hub layer, or None."""
     name = hub_class_name(layer)
+    if name == "CachedMultiHeadAttention":
+        # keras.layers.MultiHeadAttention with a cache: without one (a graph
+        # call), the same computation, config and weights.
+        from maskfit.structured import couplings_sequence
+
+        return couplings_sequence.MultiHeadAttention()
     spec = SPECS.get(name)
     return None if spec is None else HubBlock(spec)
 
@@ -282,6 +292,8 @@ class HubBlock(Coupling):
             f"{name} derives its head size from hidden_dim // num_heads, so a block"
             " with fewer heads cannot be rebuilt with the same head size"
         )
+        if name in _STOCK:
+            return None
         if name not in hub_twins.TWINS:
             return derives
         problem = hub_twins.twin_problem(layer)
@@ -341,18 +353,29 @@ class HubBlock(Coupling):
             config[self.spec.head_dim_key] = head_size(layer, self.spec)
         return config
 
-    def rebuild(self, layer, config):
-        """The smaller layer: `layer`'s class, or its twin where the heads changed."""
+    def rebuild(self, layer, config, shrunk):
+        """The smaller block: its class, its twin, or stock layers (`StockBlock`).
+
+        Args:
+          config: the block's config (`hub_shrink.config_of`).
+        """
+        from maskfit.structured import hub_stock
+
         name = type(layer).__name__
-        heads = self.spec.attention.query_key
-        if self.spec.head_dim_key is None and config.get(heads) != getattr(
-            layer, heads, None
-        ):
-            twin = hub_twins.twin_class(name)
-            return twin.from_config(
+        counts = self.counts(layer, shrunk)
+        key = self.spec.attention.query_key
+        same_heads = all(c.get(key) == getattr(layer, key, None) for c in counts)
+        same = all(c == counts[0] for c in counts[1:])
+        if same and (same_heads or self.spec.head_dim_key is not None):
+            return type(layer).from_config(self.shrink_config(layer, config, shrunk))
+        if same and name in hub_twins.TWINS:
+            config = self.shrink_config(layer, config, shrunk)
+            return hub_twins.twin_class(name).from_config(
                 hub_twins.twin_config(name, config, head_size(layer, self.spec))
             )
-        return type(layer).from_config(config)
+        if name in hub_stock.BUILDERS:
+            return hub_stock.StockBlock(layer, shrunk, self)
+        return type(layer).from_config(self.shrink_config(layer, config, shrunk))
 
 
 def head_size(layer, spec):

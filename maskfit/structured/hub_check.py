@@ -66,7 +66,8 @@ def _problem(layer, x, values, space, sliced, node, before, seed):
     zeroed = [(v, axis, np.flatnonzero(ids == node)) for v, axis, ids, _ in sliced]
     after = _gradients(layer, x, values, zeroed, seed)
     # Relative to the largest gradient: below 1e-6 is float rounding (a key
-    # bias's, which softmax cancels); a path cut by a zero weight gives 0.
+    # bias's, which softmax cancels); a path cut by a zero weight gives
+    # exactly 0 (a live gradient may pass near 0 by chance, not hit it).
     scale = max(float(np.max(np.abs(g))) for g in before.values())
     declared = {}
     for (variable, axis, positions), (*_, closes) in zip(zeroed, sliced):
@@ -82,9 +83,7 @@ def _problem(layer, x, values, space, sliced, node, before, seed):
         mark[tuple(index)] = True
         declared[id(variable)] = declared.get(id(variable), False) | mark
     for variable in layer.weights:
-        cut = (np.abs(before[id(variable)]) > 1e-5 * scale) & (
-            np.abs(after[id(variable)]) <= 1e-9 * scale
-        )
+        cut = (np.abs(before[id(variable)]) > 1e-5 * scale) & (after[id(variable)] == 0)
         if np.any(cut & ~declared.get(id(variable), False)):
             return (
                 f"setting unit {node - space.first} of {space.name} to 0 cuts off"

@@ -58,6 +58,7 @@ def block_config(model, shrunk):
     for layer in internals.sublayers(model):
         coupling = couplings_lib.coupling_of(layer)
         if isinstance(coupling, couplings_hub.HubBlock):
+            _check_heads(model, layer, coupling, shrunk)
             for counts in coupling.counts(layer, shrunk):
                 found.setdefault(tuple(sorted(counts.items())), []).append(layer.name)
             head_sizes.add(couplings_hub.head_size(layer, coupling.spec))
@@ -68,16 +69,37 @@ def block_config(model, shrunk):
             " many heads and FFN units as the others. Received: "
             + (
                 "; ".join(f"{dict(k)} in {v}" for k, v in found.items())
+                + ". Prune with a per-layer fraction (global_pruning=False), or"
+                " shrink with uniform=False for a functional model."
                 if found
-                else "no keras_hub transformer block"
+                else "no keras_hub transformer block, so its config says nothing"
+                " maskfit can shrink (a ResNetBackbone's widths are per stack)."
+                " Shrink with uniform=False for a functional model."
             )
-            + ". Prune with a per-layer fraction (global_pruning=False), or"
-            " shrink with uniform=False for a functional model."
         )
     config = dict(next(iter(found)))
     if len(head_sizes) == 1:
         config["head_dim"] = head_sizes.pop()
     return config
+
+
+def _check_heads(model, layer, coupling, shrunk):
+    spec = coupling.spec
+    name = type(layer).__name__
+    if spec.head_dim_key is not None or name in hub_twins.TWINS:
+        return
+    key = spec.attention.query_key
+    if any(
+        c.get(key, getattr(layer, key)) != getattr(layer, key)
+        for c in coupling.counts(layer, shrunk)
+    ):
+        raise ValueError(
+            f"shrink(uniform=True): {type(model).__name__}'s blocks ({name})"
+            " derive their head size from hidden_dim // num_heads, so"
+            f" '{layer.name}' with fewer heads cannot be written in"
+            f" {type(model).__name__}'s config. Shrink with uniform=False: a"
+            " functional model of stock Keras layers."
+        )
 
 
 def same_class(origin, shrunk):
@@ -92,8 +114,16 @@ def same_class(origin, shrunk):
         a `MaskedModel` was made from: it holds the same variables).
       shrunk: the `_Shrunk` of the selection.
     """
+    if couplings_hub.hub_class_name(origin) is None:
+        raise ValueError(
+            f"shrink(uniform=True) rebuilds a keras_hub model's own class, and"
+            f" '{origin.name}' is a {type(origin).__name__}, made from no keras_hub"
+            " model in this process (prune_units remembers the one it was given;"
+            " a pruned model loaded from a file does not). Shrink with"
+            " uniform=False for a functional model."
+        )
     backbone = getattr(origin, "backbone", None)
-    if isinstance(backbone, keras.Model) and couplings_hub.hub_class_name(origin):
+    if isinstance(backbone, keras.Model):
         small = _backbone(backbone, shrunk)
         cls = type(origin)
         if type(small) is not type(backbone):

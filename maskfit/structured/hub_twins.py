@@ -82,7 +82,9 @@ TWINS = {
         _block,
     ),
     "LlamaBackbone": ("keras_hub.models", "MistralBackbone", _backbone),
+    "Llama3Backbone": ("keras_hub.models", "MistralBackbone", _backbone),
     "LlamaCausalLM": ("keras_hub.models", "MistralCausalLM", None),
+    "Llama3CausalLM": ("keras_hub.models", "MistralCausalLM", None),
 }
 
 

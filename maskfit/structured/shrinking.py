@@ -10,6 +10,7 @@ from maskfit.structured import couplings as couplings_lib
 from maskfit.structured import (
     couplings_hub,
     hub_shrink,
+    hub_stock,
     keras_graph,
     unit_graph,
     unit_rule,
@@ -114,9 +115,9 @@ def shrink(model, selection=None, uniform=False):
 def _new_layer(layer, shrunk):
     config = copy.deepcopy(hub_shrink.config_of(layer))
     coupling = couplings_lib.coupling_of(layer)
-    config = _unbuilt(coupling.shrink_config(layer, config, shrunk))
     if isinstance(coupling, couplings_hub.HubBlock):
-        return coupling.rebuild(layer, config)
+        return coupling.rebuild(layer, _unbuilt(config), shrunk)
+    config = _unbuilt(coupling.shrink_config(layer, config, shrunk))
     return type(layer).from_config(config)
 
 
@@ -167,10 +168,13 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
                 new = _rebuild(layer, inner, shrunk, pairs, made)
             else:
                 new = _new_layer(layer, shrunk)
-                if isinstance(layer, keras.layers.Layer):
+                stock = isinstance(new, hub_stock.StockBlock)
+                if isinstance(layer, keras.layers.Layer) and not stock:
                     pairs.append((layer, new))  # keras.ops calls have no weights
             made[id(layer)] = new
         result = new(*args, **kwargs)
+        if isinstance(new, hub_stock.StockBlock):
+            pairs.extend(p for p in new.pairs if p not in pairs)
         for tensor, value in zip(call.outputs, keras.tree.flatten(result)):
             mapping[id(tensor)] = value
     if isinstance(model, keras.Sequential):
