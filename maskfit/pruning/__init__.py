@@ -26,6 +26,7 @@ from maskfit.pruning.schedules import (
 # Structured pruning is its own package, `maskfit.structured`; its names stay
 # available here, where 0.1.0 documented them.
 from maskfit.structured import (
+    ActivationImportance,
     Coupling,
     DependencyGraph,
     Importance,
@@ -46,6 +47,7 @@ from maskfit.structured import (
 )
 
 __all__ = [
+    "ActivationImportance",
     "classify",
     "ConstantSparsity",
     "Coupling",

@@ -3,7 +3,7 @@
 Structured pruning through a dependency graph: which entries of a model's
 variables go together when a unit is removed (`DependencyGraph`, built from
 each layer's `Coupling`), unit scores (`MagnitudeImportance`,
-`TaylorImportance`), gradual removal inside `fit` (`prune_units`,
+`TaylorImportance`, `ActivationImportance`), gradual removal inside `fit` (`prune_units`,
 `UnitPruning`) or in one shot (`select_units`), and `shrink`: a smaller
 stock Keras model without the removed units (`size_report` counts what went).
 Its schedules are magnitude pruning's (`maskfit.pruning.PolynomialDecay`,
@@ -11,6 +11,7 @@ Its schedules are magnitude pruning's (`maskfit.pruning.PolynomialDecay`,
 docs/structured_pruning.md has the details.
 """
 
+from maskfit.structured.activation import ActivationImportance
 from maskfit.structured.couplings import (
     Coupling,
     UnitCoupling,
@@ -34,6 +35,7 @@ from maskfit.structured.unit_graph import DependencyGraph, UnitGroup
 from maskfit.structured.unit_rule import UnitPruning
 
 __all__ = [
+    "ActivationImportance",
     "Coupling",
     "coupling_of",
     "DependencyGraph",

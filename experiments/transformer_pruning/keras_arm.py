@@ -1,0 +1,190 @@
+"""The maskfit arm: a keras_hub Llama trained, pruned, healed and shrunk.
+
+`build` makes the causal LM from `Architecture` (no preset, no download);
+`train` fits it on windows of byte tokens in the order given; `prune_one_shot`
+chooses the units of a trained copy with `maskfit.pruning.select_units` and
+shrinks it before healing, `prune_gradual` prunes inside `fit` with
+`maskfit.pruning.prune_units` on a `PolynomialDecay` and shrinks after.
+Both shrink with `uniform=True`: the result is keras_hub's own class (a
+Llama with fewer heads comes back as its exact Mistral twin).
+"""
+
+import dataclasses
+
+import keras
+import keras_hub
+import numpy as np
+
+import maskfit
+
+__all__ = [
+    "IMPORTANCES",
+    "Architecture",
+    "build",
+    "clone",
+    "importance",
+    "model_inputs",
+    "perplexity",
+    "prune_gradual",
+    "prune_one_shot",
+    "train",
+]
+
+IMPORTANCES = ("magnitude", "taylor", "activation")
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """A Llama causal LM's sizes (both arms build the same one)."""
+
+    layers: int = 4
+    hidden: int = 128
+    query_heads: int = 4
+    kv_heads: int = 4
+    ffn: int = 344
+    context: int = 128
+    vocabulary: int = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Optimizer:
+    """AdamW with a constant learning rate (the same numbers in both arms)."""
+
+    learning_rate: float = 2e-3
+    weight_decay: float = 0.01
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-8
+
+
+def build(arch, seed):
+    """A fresh `LlamaCausalLM` (no preprocessor), initialized from `seed`."""
+    keras.utils.set_random_seed(seed)
+    backbone = keras_hub.models.LlamaBackbone(
+        vocabulary_size=arch.vocabulary,
+        num_layers=arch.layers,
+        num_query_heads=arch.query_heads,
+        num_key_value_heads=arch.kv_heads,
+        hidden_dim=arch.hidden,
+        intermediate_dim=arch.ffn,
+    )
+    return keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
+
+
+def clone(lm, arch, seed):
+    """A new causal LM of `arch` holding `lm`'s weights."""
+    copy = build(arch, seed)
+    copy.set_weights(lm.get_weights())
+    return copy
+
+
+def model_inputs(windows):
+    """`(x, y)` of windows of `length + 1` tokens: the first `length`, the next ones."""
+    tokens = np.asarray(windows[:, :-1], np.int32)
+    x = {"token_ids": tokens, "padding_mask": np.ones_like(tokens)}
+    return x, np.asarray(windows[:, 1:], np.int32)
+
+
+def _compile(model, optimizer, run_eagerly=False):
+    model.compile(
+        optimizer=keras.optimizers.AdamW(
+            learning_rate=optimizer.learning_rate,
+            weight_decay=optimizer.weight_decay,
+            beta_1=optimizer.beta_1,
+            beta_2=optimizer.beta_2,
+            epsilon=optimizer.epsilon,
+        ),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        run_eagerly=run_eagerly,
+    )
+
+
+def train(model, batches, optimizer, run_eagerly=False):
+    """Fits `model` on `batches` (`(steps, batch, length + 1)`), in that order.
+
+    Returns the mean loss of the last tenth of the steps.
+    """
+    _compile(model, optimizer, run_eagerly)
+    steps, batch = batches.shape[:2]
+    x, y = model_inputs(batches.reshape(steps * batch, -1))
+    history = model.fit(x, y, batch_size=batch, shuffle=False, epochs=1, verbose=0)
+    del history
+    return None
+
+
+def perplexity(model, windows, batch_size=32):
+    """exp(mean next-token cross-entropy) over `windows`."""
+    x, y = model_inputs(windows)
+    total = 0.0
+    for start in range(0, len(y), batch_size):
+        part = {k: v[start : start + batch_size] for k, v in x.items()}
+        logits = np.asarray(model(part, training=False), np.float64)
+        logits -= logits.max(-1, keepdims=True)
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        target = y[start : start + batch_size]
+        total -= np.take_along_axis(log_probs, target[..., None], -1).sum()
+    return float(np.exp(total / y.size))
+
+
+def importance(name, model, calibration):
+    """The maskfit importance called `name`, calibrated on `calibration` windows."""
+    if name == "magnitude":
+        return maskfit.pruning.MagnitudeImportance(p=2)
+    if name == "taylor":
+        return maskfit.pruning.TaylorImportance()
+    if name == "activation":
+        x, _ = model_inputs(calibration)
+        return maskfit.pruning.ActivationImportance().calibrate(model, x, batch_size=8)
+    raise ValueError(
+        f"Received an unknown importance, expected one of {IMPORTANCES}."
+        f" Received: {name!r}"
+    )
+
+
+def prune_one_shot(model, name, fraction, calibration, round_to):
+    """Chooses the units of trained `model` at once; returns the shrunk model."""
+    scores = importance(name, model, calibration)
+    x, y = model_inputs(calibration)
+    selection = maskfit.pruning.select_units(
+        model,
+        fraction,
+        importance=scores,
+        round_to=round_to,
+        data=(x, y),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        batch_size=8,
+    )
+    return maskfit.pruning.shrink(model, selection, uniform=True)
+
+
+def prune_gradual(
+    model,
+    name,
+    fraction,
+    calibration,
+    round_to,
+    heal,
+    optimizer,
+    updates,
+    run_eagerly=False,
+):
+    """Prunes `model` while it trains on `heal` (to `fraction` by half of it); shrinks.
+
+    The fraction grows in `updates` equal steps over the first half of the
+    steps (`PolynomialDecay`, power 3, as TF-MOT's default schedule shapes it),
+    then the pruned model trains on; returns the shrunk model.
+    """
+    steps = heal.shape[0]
+    end = max(1, steps // 2)
+    frequency = max(1, end // updates)
+    schedule = maskfit.pruning.PolynomialDecay(
+        0.0, fraction, begin_step=0, end_step=end, frequency=frequency
+    )
+    pruned = maskfit.pruning.prune_units(
+        model,
+        schedule,
+        importance=importance(name, model, calibration),
+        round_to=round_to,
+    )
+    train(pruned, heal, optimizer, run_eagerly)
+    return maskfit.pruning.shrink(pruned, uniform=True)

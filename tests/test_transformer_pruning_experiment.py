@@ -1,0 +1,119 @@
+"""experiments.transformer_pruning: a tiny run writes its outputs (the maskfit arm
+without the benchmark packages), the corpus is fixed, bad flags are usage errors."""
+
+import json
+
+import cli
+import numpy as np
+import pytest
+
+pytest.importorskip("keras_hub", reason="keras_hub (the [hub] extra) is not installed")
+pytest.importorskip("matplotlib", reason="matplotlib (the [experiments] extra)")
+
+from experiments.transformer_pruning import corpus, keras_arm, lib, timing  # noqa: E402
+
+TINY = lib.Config(
+    layers=1,
+    hidden=16,
+    query_heads=2,
+    kv_heads=2,
+    ffn=24,
+    context=8,
+    fractions=(0.5,),
+    importances=("magnitude", "activation"),
+    seeds=(0,),
+    batch_size=4,
+    train_steps=2,
+    heal_steps=2,
+    gradual_updates=1,
+    calibration=4,
+    validation_windows=4,
+    latency_batches=(1,),
+    latency_rounds=1,
+    latency_paths=("tensorflow",),
+    torch=False,
+)
+
+
+def test_tiny_run_writes_config_metrics_table_and_figure(tmp_path):
+    metrics = lib.run(TINY, str(tmp_path))
+
+    for name in ("config.json", "metrics.json", "transformer_pruning.md"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert (tmp_path / "transformer_pruning.png").read_bytes()[:4] == b"\x89PNG"
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["corpus"]["sha256"] == corpus.load().sha256
+    assert config["corpus"]["python"].count(".") == 2
+    assert json.loads((tmp_path / "metrics.json").read_text()) == json.loads(
+        json.dumps(metrics)
+    )
+    assert metrics["torch_arm"].startswith("skipped")
+    dense, *pruned, healed = metrics["runs"]
+    assert (dense["schedule"], healed["schedule"]) == ("dense", "dense_healed")
+    assert healed["params"] == dense["params"]
+    # One of two heads and half the FFN units (12) of the block: q, k, v, o of
+    # a head (4 x 16 x 8) and gate, up, down of 12 units (3 x 16 x 12).
+    assert {r["removed"] for r in pruned} == {4 * 16 * 8 + 3 * 16 * 12}
+    # One head of 8 in a width of 16: Llama's config cannot say so, its Mistral twin can.
+    assert {r["model"] for r in pruned} == {"MistralCausalLM"}
+    assert all(np.isfinite(r["perplexity"]) for r in metrics["runs"])
+    assert [(r["framework"], r["fraction"]) for r in metrics["latency"]] == [
+        ("tensorflow", 0.0),
+        ("tensorflow", 0.5),
+    ]
+    table = (tmp_path / "transformer_pruning.md").read_text()
+    assert "| maskfit | gradual | activation | 50% |" in table
+    assert "Torch-Pruning arm skipped: --notorch" in table
+
+
+def test_corpus_is_fixed_and_batches_follow_the_seed():
+    first, second = corpus.load(), corpus.load()
+    assert first.sha256 == second.sha256 and len(first.files) == len(corpus.FILES)
+    np.testing.assert_array_equal(first.batches(3, 2, 8, 5), second.batches(3, 2, 8, 5))
+    assert not np.array_equal(first.batches(3, 2, 8, 5), first.batches(3, 2, 8, 6))
+    windows = first.validation_windows(3, 8)
+    assert windows.shape == (3, 9) and windows.max() < corpus.VOCABULARY
+    np.testing.assert_array_equal(windows[1, 0], windows[0, 8])
+
+
+def test_litert_export_matches_the_keras_model():
+    model = keras_arm.build(TINY.architecture, 0)
+    call, error = timing.keras_call(model, 2, 8, corpus.VOCABULARY, "litert")
+    assert call().shape == (2, 8, corpus.VOCABULARY)
+    assert error < 1e-4
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(kv_heads=3), "expected kv_heads to divide query_heads"),
+        (dict(fractions=(0.5, 1.0)), "`fractions`"),
+        (dict(importances=("magnitude", "hessian")), "Received: importances="),
+        (dict(schedules=()), "expected a non-empty list"),
+        (dict(calibration=100), "`calibration`, expected at most"),
+        (dict(train_steps=0), "`train_steps`"),
+        (dict(learning_rate=0.0), "expected learning_rate > 0"),
+    ],
+)
+def test_a_bad_config_is_one_clear_error(changes, message):
+    with pytest.raises(ValueError) as error:
+        lib.Config(**dict(vars(TINY), **changes))
+    assert message in str(error.value)
+
+
+@pytest.mark.slow  # a TensorFlow import in a subprocess: ~11 s of CPU
+def test_cli_rejects_bad_flags_before_writing(tmp_path):
+    cases = [
+        ("--kv_heads=3", "expected kv_heads to divide query_heads"),
+        ("--importances=magnitude,hessian", "Received: importances="),
+        ("--seeds=a", "--seeds takes comma-separated integers"),
+    ]
+    argvs = [
+        ["transformer_pruning", flag, f"--workdir={tmp_path / str(i)}"]
+        for i, (flag, _) in enumerate(cases)
+    ]
+    outcomes = cli.outcomes("experiments.transformer_pruning.__main__", argvs)
+    for i, ((flag, message), outcome) in enumerate(zip(cases, outcomes)):
+        assert outcome["code"] != 0, flag
+        assert message in outcome["output"], (flag, outcome["output"][-2000:])
+        assert not (tmp_path / str(i)).exists(), flag
