@@ -381,3 +381,9 @@ def test_uniform_needs_a_keras_hub_model():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8)])
     with pytest.raises(ValueError, match="rebuilds a keras_hub model's own class"):
         pruning.shrink(model, uniform=True)
+
+
+def test_the_blocks_written_out_as_stock_layers_each_have_a_builder():
+    from maskfit.structured import couplings_hub, hub_stock
+
+    assert set(hub_stock.BUILDERS) == set(couplings_hub.STOCK)

@@ -13,6 +13,7 @@ pytest.importorskip("matplotlib", reason="matplotlib (the [experiments] extra)")
 from experiments.transformer_pruning import corpus, keras_arm, lib, timing  # noqa: E402
 
 TINY = lib.Config(
+    threads=(0, 0),  # this process has run TensorFlow already
     layers=1,
     hidden=16,
     query_heads=2,

@@ -58,6 +58,8 @@ class Config:
       latency_batches: Batch sizes timed.
       latency_rounds: Interleaved rounds timed per batch size.
       latency_paths: Keras paths timed: tensorflow, litert.
+      threads: TensorFlow's intra_op,inter_op threads, set at the start (0,0:
+        leave TensorFlow's; a process that has run TensorFlow already).
       torch: Run the Torch-Pruning arm when torch, transformers and
         torch-pruning are installed (the benchmark extra).
       run_eagerly: Train eagerly (tiny runs only).
@@ -85,13 +87,14 @@ class Config:
     latency_batches: tuple = (1, 16)
     latency_rounds: int = 5
     latency_paths: tuple = timing.PATHS
+    threads: tuple = (1, 1)
     torch: bool = True
     run_eagerly: bool = False
 
     def __post_init__(self):
         for name in ("fractions", "importances", "schedules", "seeds"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        for name in ("latency_batches", "latency_paths"):
+        for name in ("latency_batches", "latency_paths", "threads"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in (
             "layers", "hidden", "query_heads", "kv_heads", "ffn", "context",
@@ -99,6 +102,13 @@ class Config:
             "calibration", "validation_windows", "round_to", "latency_rounds",
         ):  # fmt: skip
             common.check_int(name, getattr(self, name), 1)
+        if len(self.threads) != 2 or any(
+            not isinstance(t, int) or t < 0 for t in self.threads
+        ):
+            raise ValueError(
+                "Received an invalid value for `threads`, expected two integers"
+                f" >= 0 (intra_op, inter_op). Received: threads={self.threads!r}"
+            )
         if self.query_heads % self.kv_heads or self.hidden % self.query_heads:
             raise ValueError(
                 "Received an invalid architecture, expected kv_heads to divide"
@@ -245,7 +255,8 @@ def run(config, workdir):
     (perplexity against latency).
     """
     start, cpu_start = time.perf_counter(), time.process_time()
-    latency.set_tensorflow_threads(1, 1)
+    if any(config.threads):
+        latency.set_tensorflow_threads(*config.threads)
     os.makedirs(workdir, exist_ok=True)
     corpus = corpus_lib.load()
     absent = torch_arm.missing() if config.torch else ["--notorch"]

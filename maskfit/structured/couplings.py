@@ -35,6 +35,15 @@ __all__ = [
 
 DECLARATION_METHOD = "maskfit_unit_coupling"
 _LOOKUP = record.Lookup("coupling", DECLARATION_METHOD)
+# Lookups asked, in order, about a layer with no coupling of its own, no
+# registered one and no record (`couplings_hub` adds keras_hub's blocks).
+_FALLBACKS = []
+
+
+def add_fallback(find):
+    """Adds `find(layer) -> Coupling or None` to the lookups `coupling_of` asks last."""
+    if find not in _FALLBACKS:
+        _FALLBACKS.append(find)
 
 
 class CallUnits(NamedTuple):
@@ -341,11 +350,10 @@ def coupling_of(layer):
                 " coupling for, so which channels it mixes is unknown"
             )
     if found is None:
-        from maskfit.structured import couplings_hub
-
-        found = couplings_hub.coupling_for(layer)
-        if found is not None:
-            return found
+        for fallback in _FALLBACKS:
+            found = fallback(layer)
+            if found is not None:
+                return found
         base = _LOOKUP.builtin_base(cls)
         if base is not None and not isinstance(_LOOKUP.builtin(base), Refused):
             return Refused(

@@ -29,6 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from maskfit import internals
+from maskfit.structured import couplings as couplings_lib
 from maskfit.structured import hub_check, hub_twins
 from maskfit.structured.couplings import Coupling
 from maskfit.structured.unit_nodes import TensorUnits
@@ -105,7 +106,7 @@ def _mha(path):
 
 
 # Blocks that `shrink` rebuilds from stock Keras layers (`hub_stock`).
-_STOCK = ("TransformerEncoder", "TransformerDecoder", "ViTEncoder")
+STOCK = ("TransformerEncoder", "TransformerDecoder", "ViTEncoder")
 
 _TRANSFORMER_FFN = (
     (("feedforward_intermediate_dense",),),
@@ -292,7 +293,7 @@ class HubBlock(Coupling):
             f"{name} derives its head size from hidden_dim // num_heads, so a block"
             " with fewer heads cannot be rebuilt with the same head size"
         )
-        if name in _STOCK:
+        if name in STOCK:
             return None
         if name not in hub_twins.TWINS:
             return derives
@@ -354,13 +355,16 @@ class HubBlock(Coupling):
         return config
 
     def rebuild(self, layer, config, shrunk):
-        """The smaller block: its class, its twin, or stock layers (`StockBlock`).
+        """The smaller block: its class or its twin; None for stock layers.
 
         Args:
           config: the block's config (`hub_shrink.config_of`).
-        """
-        from maskfit.structured import hub_stock
 
+        Returns:
+          The new block, or None where it must be written out as stock Keras
+          layers (a block of `STOCK` with fewer heads): `shrinking` then makes
+          a `hub_stock.StockBlock`.
+        """
         name = type(layer).__name__
         counts = self.counts(layer, shrunk)
         key = self.spec.attention.query_key
@@ -373,8 +377,8 @@ class HubBlock(Coupling):
             return hub_twins.twin_class(name).from_config(
                 hub_twins.twin_config(name, config, head_size(layer, self.spec))
             )
-        if name in hub_stock.BUILDERS:
-            return hub_stock.StockBlock(layer, shrunk, self)
+        if name in STOCK:
+            return None  # `shrinking` writes it out as stock layers (`hub_stock`)
         return type(layer).from_config(self.shrink_config(layer, config, shrunk))
 
 
@@ -383,3 +387,7 @@ def head_size(layer, spec):
     _, path = HubBlock(spec)._blocks(layer)[0]
     attention = sublayer(layer, path + spec.attention.path)
     return int(sublayer(attention, ("query",)).weights[0].shape[-1])
+
+
+# `couplings.coupling_of` asks this module about layers it has no record for.
+couplings_lib.add_fallback(coupling_for)

@@ -118,7 +118,8 @@ def _new_layer(layer, shrunk):
     config = copy.deepcopy(hub_shrink.config_of(layer))
     coupling = couplings_lib.coupling_of(layer)
     if isinstance(coupling, couplings_hub.HubBlock):
-        return coupling.rebuild(layer, _unbuilt(config), shrunk)
+        new = coupling.rebuild(layer, _unbuilt(config), shrunk)
+        return hub_stock.StockBlock(layer, shrunk, coupling) if new is None else new
     config = _unbuilt(coupling.shrink_config(layer, config, shrunk))
     return type(layer).from_config(config)
 
