@@ -66,6 +66,11 @@ def pytest_configure(config):
         "slow: a long end-to-end run (an experiment or benchmark at a realistic size,"
         " worker processes); README's test command leaves these out, .ci/run runs them",
     )
+    config.addinivalue_line(
+        "markers",
+        "sweep: the whole keras.applications sweep (slow too; about an hour of CPU"
+        " on 2 cores, so .ci/run leaves it out: `pytest -m sweep` runs it)",
+    )
 
 
 def _parametrized_directly(metafunc, name):

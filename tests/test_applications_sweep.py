@@ -7,7 +7,8 @@ accepts, and pruned one-shot (`select_units`) and gradually in `fit`
 `shrink`'s outputs equal the masked model's (rtol 1e-5 of the output's
 scale). A model with no prunable unit would be listed in `REFUSED` with the
 reason `explain` gives. A few small models run in the default suite; the
-whole sweep is `slow` (.ci/run).
+others are `slow` and `sweep`: about an hour of CPU on 2 cores, more than
+.ci/run can give, so `python -m pytest -m sweep tests` runs them by hand.
 """
 
 import coupling_checks
@@ -73,7 +74,9 @@ def _build(name):
 
 def _params():
     return [
-        name if name in FAST else pytest.param(name, marks=pytest.mark.slow)
+        name
+        if name in FAST
+        else pytest.param(name, marks=[pytest.mark.slow, pytest.mark.sweep])
         for name in application_names()
     ]
 
