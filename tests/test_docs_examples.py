@@ -240,6 +240,9 @@ def test_example_runs(example, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     try:
         run(example, {"__name__": "docs_example"})
+    except pytest.skip.Exception:  # its setup found the installed versions lacking
+        _COUNTS["skipped"] += 1
+        raise
     except BaseException:
         _COUNTS["failed"] += 1
         raise

@@ -158,6 +158,8 @@ def test_prune_units_trains_through_ops(mode):
 
 # keras.ops calls on a (batch, 3, 8) tensor whose 8 channels are units: each
 # passes them on (checked against its gradients, and shrink computes the same).
+_OLD_KERAS = tuple(int(p) for p in keras.__version__.split(".")[:2]) < (3, 15)
+
 _PASSING = {
     "abs": ops.abs,
     "negative": ops.negative,
@@ -197,6 +199,8 @@ _PASSING = {
 
 @pytest.mark.parametrize("name", list(_PASSING))
 def test_each_passing_op_agrees_with_its_gradients_and_shrinks(name):
+    if name == "logsumexp" and _OLD_KERAS:
+        pytest.skip("Keras 3.10's symbolic logsumexp(axis=int) raises a TypeError")
     x = keras.Input((3, 4))
     h = L.Dense(8, name="hidden")(x)
     out = L.Flatten()(_PASSING[name](h))
@@ -210,6 +214,9 @@ def test_each_passing_op_agrees_with_its_gradients_and_shrinks(name):
     _assert_same_outputs(model, small, selection, models._x((3, 3, 4)))
 
 
+@pytest.mark.skipif(
+    _OLD_KERAS, reason="the records name Keras 3.15's operations (3.10 lacks some)"
+)
 def test_every_op_record_names_a_keras_operation():
     from keras.src.ops import core, math, nn, numpy  # tests may read keras.src
 

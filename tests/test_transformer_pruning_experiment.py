@@ -12,6 +12,14 @@ pytest.importorskip("matplotlib", reason="matplotlib (the [experiments] extra)")
 
 from experiments.transformer_pruning import corpus, keras_arm, lib, timing  # noqa: E402
 
+keras_hub = pytest.importorskip("keras_hub")
+# The Llama it prunes shrinks into its Mistral twin (keras-hub 0.32), and its
+# LiteRT timing needs Keras's `litert` export (Keras 3.15).
+pytestmark = pytest.mark.skipif(
+    tuple(int(p) for p in keras_hub.__version__.split(".")[:2]) < (0, 32),
+    reason=f"keras-hub {keras_hub.__version__}: the experiment needs 0.32",
+)
+
 TINY = lib.Config(
     threads=(0, 0),  # this process has run TensorFlow already
     layers=1,

@@ -10,7 +10,7 @@ fewer heads is shrunk into its Mistral twin (`MistralBackbone`,
 `MistralTransformerDecoder`, `MistralCausalLM`), weight for weight.
 """
 
-__all__ = ["TWINS", "twin_problem"]
+__all__ = ["TWINS", "twin_problem", "twin_takes_head_dim"]
 
 _LLAMA_ROPE = (
     "rope_frequency_adjustment_factor",
@@ -28,7 +28,20 @@ def twin_problem(layer):
             f"its rope has {set_[0]} set (Llama 3.1 scaling), which Mistral's rope"
             " does not compute"
         )
+    if not twin_takes_head_dim():
+        return (
+            "this keras_hub's MistralTransformerDecoder takes no head_dim (keras-hub"
+            " 0.32 does; pip install -U keras-hub to prune Llama's heads)"
+        )
     return None
+
+
+def twin_takes_head_dim():
+    """Whether the installed keras_hub's Mistral block takes a `head_dim`."""
+    import inspect
+
+    block = twin_class("LlamaTransformerDecoder")
+    return "head_dim" in inspect.signature(block.__init__).parameters
 
 
 def _block(config, head_dim):
