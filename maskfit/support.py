@@ -68,8 +68,7 @@ FEATURES = {
     ),
     "magnitude_pruning": Feature(
         "`maskfit.pruning`: `prune_low_magnitude` with TF-MOT's schedules in `fit`",
-        _TF,
-        _ON_TENSORFLOW,
+        _BOTH,
     ),
     "structured_oneshot": Feature(
         "`select_units` (weight importances), `shrink`, `strip_pruning`",

@@ -17,6 +17,7 @@ import keras
 
 from maskfit import internals
 from maskfit.apply import _pairs_to_variables
+from maskfit.backend import jax_rules
 from maskfit.spec import declare, rules, version
 from maskfit.step import stateless
 
@@ -49,8 +50,13 @@ jax.tree_util.register_pytree_node(stateless.StatelessMasks, _flatten, _unflatte
 
 
 def _refuse_tensorflow_only(model, layer_specs):
-    """Raises for what the JAX step does not run: rules, `backprop=True`."""
+    """Raises for what the JAX step does not run: rules other than magnitude
+    pruning (`maskfit.backend.jax_rules`), `backprop=True`."""
+    from maskfit.pruning.rule import MagnitudePruning  # imports maskfit.backend
+
     for layer, rule in rules.layer_rules(model):
+        if type(rule) is MagnitudePruning:
+            continue
         raise NotImplementedError(
             f"Layer '{layer.name}' carries the rule {type(rule).__name__}, which"
             " maskfit runs in the training step on the TensorFlow backend only;"
@@ -189,13 +195,24 @@ def make_train_function(model, force=False):
             out_shardings = (None, internals.jax_trainer.state_shardings(model))
         step = jax.jit(step, donate_argnums=0, out_shardings=out_shardings)
     returned = [None]  # the state the last call returned
+    host = [None, None]  # (declarations' version, HostRules or None)
+    counter = [None]  # the optimizer step of the next call, on the host
 
     def train_step_with_masks(state, data):
-        if compiled and state is not returned[0]:
+        fresh = state is not returned[0]
+        if compiled and fresh:
             state = _unshared(state)
         cached = getattr(model, _CACHE_ATTR)
         # The variables cannot change within `fit`: only a declaration can.
         masks = cached[1] if cached[0][0] == version.current() else model_masks(model)
+        if host[0] != version.current():  # a rule set or removed since
+            host[:] = [version.current(), _host_rules(model)]
+            counter[0] = None
+        if host[1] is not None:
+            if fresh or counter[0] is None:
+                counter[0] = _iterations(model.optimizer, state[2])
+            state, masks = host[1].before_step(state, masks, counter[0])
+            counter[0] += 1
         logs, returned[0] = step(state, data, masks)
         return logs, returned[0]
 
@@ -203,6 +220,29 @@ def make_train_function(model, force=False):
         model, train_step_with_masks
     )
     return model.train_function
+
+
+def _host_rules(model):
+    """The model's `HostRules` (magnitude pruning), or None without rules."""
+    if not rules.layer_rules(model):
+        return None
+    if model.steps_per_execution != 1:
+        raise NotImplementedError(
+            f"Model '{model.name}' prunes by magnitude (prune_low_magnitude) and"
+            f" was compiled with steps_per_execution={model.steps_per_execution};"
+            " on the JAX backend maskfit updates the keep masks between"
+            " compiled steps, so it needs steps_per_execution=1. Compile with"
+            " steps_per_execution=1, or train with KERAS_BACKEND=tensorflow."
+        )
+    return jax_rules.HostRules(model)
+
+
+def _iterations(optimizer, optimizer_values):
+    """The optimizer's `iterations` in a state's optimizer values, on the host."""
+    for variable, value in zip(optimizer.variables, optimizer_values):
+        if variable is optimizer.iterations:
+            return int(value)
+    return 0
 
 
 def _unshared(state):

@@ -1,8 +1,6 @@
 """Pruning's pieces that run on JAX: one-shot unit selection and `shrink`,
-and a model pruned on TensorFlow loaded, evaluated and stripped on JAX.
-
-Training with a pruning rule is TensorFlow's (test_jax_refusals.py); its
-`fit` on JAX says so.
+and a model pruned on TensorFlow loaded, evaluated, trained on and stripped
+on JAX (magnitude pruning in `fit` on JAX: test_jax_magnitude_pruning.py).
 """
 
 import json
@@ -72,6 +70,9 @@ def test_a_model_pruned_on_tensorflow_evaluates_and_strips_on_jax(tmp_path):
         np.testing.assert_array_equal(
             variable.numpy(), weights[backend_roundtrip.layer_key(variable.path)]
         )
+    # Trained on under JAX: the rule (50% every step) keeps pruning its kernels.
     x, y = backend_roundtrip.data()
-    with pytest.raises(NotImplementedError, match="KERAS_BACKEND=tensorflow"):
-        model.fit(x, y, verbose=0)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    for name in ("hidden", "head"):
+        kernel = model.get_layer(name).kernel.numpy()
+        assert int(np.count_nonzero(kernel)) == kernel.size // 2

@@ -74,7 +74,6 @@ class _OwnRule(rules.MaskRule):
                 loss="mse",
             ),
         ),
-        ("magnitude_pruning", lambda: pruning.prune_low_magnitude(_model())),
         (
             "custom_rules",
             lambda: rules.set_rule(keras.layers.Dense(2), _OwnRule()),
