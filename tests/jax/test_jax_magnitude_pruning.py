@@ -3,6 +3,10 @@ masks (same ranking, ties and sparsity), pruned weights held bit for bit at 0,
 keep masks saved and loaded, and `strip_pruning` afterwards.
 """
 
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -228,3 +232,41 @@ def test_optimizer_slots_of_pruned_entries_are_held(backend_mode):
         for old, new in zip(before[name], after[name]):
             np.testing.assert_array_equal(new[~keep], old[~keep])
             assert np.any(new[keep] != old[keep])
+
+
+@pytest.mark.parametrize("block_size", [(1, 1), (2, 2)], ids=["entries", "blocks"])
+def test_keep_masks_equal_the_tensorflow_steps_on_the_same_weights(
+    tmp_path, block_size
+):
+    import pruning_keeps_run
+
+    rng = np.random.default_rng(5)
+    # Magnitudes in steps of 1/8: many ties, some at the threshold.
+    weights = {
+        "hidden": (rng.integers(-8, 9, size=(6, 8)) / 8).astype("float32"),
+        "head": (rng.integers(-8, 9, size=(8, 4)) / 8).astype("float32"),
+    }
+    source, out = str(tmp_path / "weights.npz"), str(tmp_path / "keeps.npz")
+    np.savez(source, **weights)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(
+        os.environ,
+        KERAS_BACKEND="tensorflow",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+    )
+    block = "x".join(map(str, block_size))
+    result = subprocess.run(
+        [sys.executable, pruning_keeps_run.__file__, source, out, block],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "keeps: ok under tensorflow" in result.stdout, result.stderr[-4000:]
+    on_jax = pruning_keeps_run.keeps(weights, block_size)
+    with np.load(out) as on_tensorflow:
+        assert sorted(on_tensorflow.files) == sorted(NAMES)
+        for name in NAMES:
+            np.testing.assert_array_equal(on_jax[name], on_tensorflow[name])
+            assert 0 < on_jax[name].sum() < on_jax[name].size
