@@ -11,7 +11,6 @@ and it saves and loads with Keras and keras_hub only.
 import inspect
 
 import keras
-import numpy as np
 
 from maskfit import internals
 from maskfit.structured import couplings as couplings_lib
@@ -152,7 +151,6 @@ def _backbone(origin, shrunk):
         cls = hub_twins.twin_class(name)
         config = hub_twins.twin_config(name, config, head_dim)
     small = cls.from_config(config)
-    graph = shrunk.graph
     old, new = origin.weights, small.weights
     if len(old) != len(new):
         raise ValueError(
@@ -161,11 +159,7 @@ def _backbone(origin, shrunk):
             " be kept. Shrink with uniform=False."
         )
     for source, target in zip(old, new):
-        value = np.asarray(keras.ops.convert_to_numpy(source))
-        entry = graph.slices_of(source)
-        if entry is not None:
-            for axis, ids in entry.axes.items():
-                value = np.compress(shrunk.kept(ids), value, axis=axis)
+        value = shrunk.cut(source)
         if value.shape != tuple(target.shape):
             raise ValueError(
                 f"shrink(uniform=True): '{source.path}' cut to {value.shape} does"

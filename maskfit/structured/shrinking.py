@@ -29,6 +29,15 @@ class _Shrunk:
     def kept(self, ids):
         return self.graph.kept_positions(ids, self._kept)
 
+    def cut(self, variable):
+        """`variable`'s value (numpy) with the removed units' entries left out."""
+        value = np.asarray(keras.ops.convert_to_numpy(variable))
+        entry = self.graph.slices_of(variable)
+        if entry is not None:
+            for axis, ids in entry.axes.items():
+                value = np.compress(self.kept(ids), value, axis=axis)
+        return value
+
     def count(self, layer, name="units"):
         space = self.graph.own_space(layer, name)
         if space is None:
@@ -212,18 +221,13 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
 
 
 def _copy_weights(old, new, shrunk):
-    graph = shrunk.graph
     if len(old.weights) != len(new.weights):
         raise ValueError(
             f"shrink: layer '{old.name}' has {len(old.weights)} weights but its"
             f" smaller copy {len(new.weights)}; this is a bug in its coupling."
         )
     for source, target in zip(old.weights, new.weights):
-        value = np.asarray(keras.ops.convert_to_numpy(source))
-        entry = graph.slices_of(source)
-        if entry is not None:
-            for axis, ids in entry.axes.items():
-                value = np.compress(shrunk.kept(ids), value, axis=axis)
+        value = shrunk.cut(source)
         if value.shape != tuple(target.shape):
             raise ValueError(
                 f"shrink: '{source.path}' cut to shape {value.shape} does not fit"
