@@ -820,6 +820,47 @@ def test_self_check_refuses_a_wrong_declaration():
     assert "'wrong/kernel' entry (0, 1) is declared to belong to unit 1" in message
 
 
+def test_a_passed_self_check_is_reused_for_stock_layers_of_the_same_signature(
+    monkeypatch,
+):
+    from maskfit.units import layout
+
+    checked = []
+    real = layout.probe_lib.check
+
+    def check(layer, *args):
+        checked.append(layer.name)
+        return real(layer, *args)
+
+    monkeypatch.setattr(layout.probe_lib, "check", check)
+    monkeypatch.setattr(layout, "_PASSED", type(layout._PASSED)())
+
+    def built(layer, shape):
+        layer.build(shape)
+        return layer
+
+    layers = [
+        built(L.Dense(3, name="a"), (None, 4)),
+        built(L.Dense(3, name="b"), (None, 4)),  # a's signature: not checked
+        built(L.Dense(3, name="c"), (None, 5)),  # another input width
+        built(L.Dense(3, use_bias=False, name="d"), (None, 4)),  # another config
+        built(L.Dense(3, dtype="mixed_float16", name="m"), (None, 4)),  # policy
+        built(L.TimeDistributed(L.Dense(3), name="e"), (None, 2, 4)),
+        built(L.TimeDistributed(L.Dense(3), name="f"), (None, 2, 4)),
+        built(L.TimeDistributed(SubDense(3), name="g"), (None, 2, 4)),  # user's
+        built(L.TimeDistributed(SubDense(3), name="h"), (None, 2, 4)),
+        built(Transposed(3, axis=0, name="i"), (None, 3)),  # a user's layer
+        built(Transposed(3, axis=0, name="j"), (None, 3)),
+    ]
+    maskfit.register_output_units(SubDense, L.Dense)
+    try:
+        for layer in layers:
+            assert layout.layer_units(layer).units == 3
+    finally:
+        maskfit.register_output_units(SubDense, None)
+    assert checked == ["a", "c", "d", "m", "e", "g", "h", "i", "j"]
+
+
 def test_self_check_says_what_it_needs_when_no_input_shape_is_known():
     class Eager(L.Layer):
         def __init__(self, **kwargs):

@@ -4,8 +4,15 @@
 variables, turns each variable's ownership into a `UnitLayout` (the unit of
 each entry, as a small constant index), checks it against the layer's real
 gradients once (`maskfit.probe`), and caches the result on the layer.
+
+A stock Keras layer's gradient structure is a function of its class, config
+and build shapes (the probe draws its own values and inputs), so a check that
+passed is not run again for another layer of the same signature: the 27
+identical blocks of a ConvNeXt stage are checked once.
 """
 
+import collections
+import json
 import math
 
 import numpy as np
@@ -19,6 +26,9 @@ from maskfit.units.declaration import SHARED, refusal
 __all__ = ["LayerUnits", "UnitLayout", "layer_units", "output_segments"]
 
 _CACHE_ATTR = "_maskfit_layer_units"
+# Signatures of stock Keras layers whose self-check passed (bounded, LRU).
+_PASSED = collections.OrderedDict()
+_PASSED_LIMIT = 4096
 
 
 class UnitLayout:
@@ -167,6 +177,51 @@ def _cached(layer):
     return None
 
 
+def _signature(layer):
+    """What a stock Keras layer's self-check depends on, or None.
+
+    The class (and its declaring function), the config without layer names, the
+    build shapes, the dtype policy and the trainable variables' names, shapes
+    and dtypes. Only for layers made of classes Keras defines, whose configs
+    are complete; a user's layer or cell (even inside a Keras wrapper) may
+    hold state its config does not say, and a `Lambda` runs any function, so
+    those are always checked.
+    """
+    cls = type(layer)
+    inner = layer._flatten_layers(include_self=True, recursive=True)
+    if any(
+        not type(sub).__module__.startswith("keras.") or type(sub).__name__ == "Lambda"
+        for sub in inner
+    ):
+        return None  # a user's layer (or wrapped cell), or a Python function
+    try:
+        text = json.dumps(_nameless(layer.get_config()), sort_keys=True)
+    except (TypeError, ValueError, NotImplementedError):
+        return None
+    shapes = layer.get_build_config()  # the probe's inputs have these shapes
+    weights = tuple(
+        (v.name, tuple(v.shape), str(v.dtype)) for v in layer.trainable_weights
+    )
+    policy = getattr(getattr(layer, "dtype_policy", None), "name", None)
+    return (lookup.declaring_function(cls), cls, text, repr(shapes), weights, policy)
+
+
+def _nameless(config):
+    """`config` without layer names (a wrapper's config holds its layer's).
+
+    A layer's config is the dict with "trainable" beside "name"; a dtype
+    policy's "name" ("mixed_float16") stays.
+    """
+    if isinstance(config, dict):
+        layer = "trainable" in config
+        return {
+            k: _nameless(v) for k, v in config.items() if not (layer and k == "name")
+        }
+    if isinstance(config, (list, tuple)):
+        return [_nameless(v) for v in config]
+    return config
+
+
 def output_segments(layer):
     """The unit axis of each of `layer`'s outputs (for the backprop gate)."""
     entry = _cached(layer)
@@ -196,6 +251,13 @@ def layer_units(layer):
         )
         for v, layout in resolved.layouts
     }
-    probe_lib.check(layer, resolved.units, declared.probes_for(layer), owners)
+    signature = _signature(layer)
+    if signature is None or signature not in _PASSED:
+        probe_lib.check(layer, resolved.units, declared.probes_for(layer), owners)
+    if signature is not None:
+        _PASSED[signature] = True
+        _PASSED.move_to_end(signature)
+        while len(_PASSED) > _PASSED_LIMIT:
+            _PASSED.popitem(last=False)
     internals.set_untracked(layer, _CACHE_ATTR, (_cache_key(layer), resolved))
     return resolved
