@@ -68,8 +68,8 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        "sweep: the whole keras.applications sweep (slow too; about an hour of CPU"
-        " on 2 cores, so .ci/run leaves it out: `pytest -m sweep` runs it)",
+        "sweep: the whole keras.applications sweep (slow too; about 13 minutes of"
+        " CPU; .ci/run runs it with `-n 2 --dist load -m sweep`)",
     )
 
 

@@ -3,12 +3,12 @@
 The models are enumerated from the module (a new Keras application joins the
 sweep by itself), built with `weights=None` at the smallest input each
 accepts, and pruned one-shot (`select_units`) and gradually in `fit`
-(`prune_units`, two steps): about half of the prunable units go, and
+(`prune_units`, two steps, eagerly): about half of the prunable units go, and
 `shrink`'s outputs equal the masked model's (rtol 1e-5 of the output's
 scale). A model with no prunable unit would be listed in `REFUSED` with the
 reason `explain` gives. A few small models run in the default suite; the
-others are `slow` and `sweep`: about an hour of CPU on 2 cores, more than
-.ci/run can give, so `python -m pytest -m sweep tests` runs them by hand.
+others are `slow` and `sweep` (about 13 minutes of CPU), which .ci/run runs
+with `-n 2 --dist load -m sweep`.
 """
 
 import coupling_checks
@@ -125,7 +125,9 @@ def test_application_prunes_to_half_one_shot_and_in_fit(name):
         model, pruning.PolynomialDecay(0.0, 0.5, begin_step=0, end_step=2, frequency=1)
     )
     # Random weights make huge logits: a loss whose gradients do not overflow.
-    pruned.compile(optimizer="sgd", loss="cosine_similarity")
+    # Eager: tracing a hundred-layer step costs more than its two steps; the
+    # compiled and XLA steps are covered on smaller graphs.
+    pruned.compile(optimizer="sgd", loss="cosine_similarity", run_eagerly=True)
     y = np.random.default_rng(1).normal(size=(2, 10)).astype("float32")
     pruned.fit(x, y, batch_size=1, epochs=1, verbose=0)
     selection = pruning.unit_selection(pruned)
