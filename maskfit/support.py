@@ -115,6 +115,12 @@ FEATURES = {
         "use `jax.custom_vjp` (JAX checks gradient shapes itself), or "
         + _ON_TENSORFLOW,
     ),
+    "backprop_gate": Feature(
+        "`OutputMask(..., backprop=True)` (no gradient from frozen units upstream)",
+        _TF,
+        "declare the mask with `backprop=False` (the layer's own frozen entries"
+        " hold on JAX too), or " + _ON_TENSORFLOW,
+    ),
 }
 """Every feature by key: its name, its backends and what to use elsewhere."""
 

@@ -48,7 +48,7 @@ def masks_from_config(model, config):
             ) from e
         checked.append((layer, spec))
     for layer, spec in checked:
-        declare.set_mask(layer, spec)
+        declare.restore_mask(layer, spec)
 
 
 def rules_to_config(model):

@@ -4,7 +4,7 @@ import weakref
 
 import keras
 
-from maskfit import internals
+from maskfit import internals, support
 from maskfit.spec import gate, version
 from maskfit.spec import masks as specs
 
@@ -50,8 +50,20 @@ def set_mask(layer, spec):
             f" Received: {layer!r} of type {type(layer).__name__}"
         )
     spec = specs.as_grad_mask_spec(spec, f"set_mask on layer '{layer.name}'")
+    if getattr(spec, "backprop", False):
+        support.require("backprop_gate", f"set_mask on layer '{layer.name}'")
     if spec is not None:
         spec.check_layer(layer)
+    return restore_mask(layer, spec)
+
+
+def restore_mask(layer, spec):
+    """Stores a checked `spec` on `layer` (what `set_mask` and loading share).
+
+    Loading does not ask the backend: a file saved under TensorFlow with a
+    `backprop=True` mask loads under JAX (the gate passes JAX arrays through)
+    and is refused when `fit` starts.
+    """
     internals.set_untracked(layer, _SPEC_ATTR, spec)
     _masked.add(layer)
     if getattr(spec, "backprop", False):
