@@ -188,7 +188,7 @@ def _signature(layer):
     those are always checked.
     """
     cls = type(layer)
-    inner = layer._flatten_layers(include_self=True, recursive=True)
+    inner = [layer] + internals.sublayers(layer)
     if any(
         not type(sub).__module__.startswith("keras.") or type(sub).__name__ == "Lambda"
         for sub in inner
