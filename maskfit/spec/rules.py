@@ -243,9 +243,21 @@ def set_rule(layer, rule):
         raise TypeError(_NO_KEEP.format(name=cls.__name__))
     if rule is not None:
         support.require(
-            rule.backend_feature, f"a {cls.__name__} rule on layer '{layer.name}'"
+            _backend_feature(cls), f"a {cls.__name__} rule on layer '{layer.name}'"
         )
     return restore_rule(layer, rule)
+
+
+def _backend_feature(cls):
+    """The `FEATURES` row of a rule class.
+
+    A user's subclass of one of maskfit's rules does not inherit its backends
+    (it may compute masks with TensorFlow ops): it is a rule of its own unless
+    it sets `backend_feature` itself.
+    """
+    if "backend_feature" in cls.__dict__ or cls.__module__.startswith("maskfit."):
+        return cls.backend_feature
+    return "custom_rules"
 
 
 def restore_rule(layer, rule):

@@ -100,6 +100,24 @@ def test_refused_rule_names_the_layer():
     assert rules.get_rule(layer) is None
 
 
+def test_a_subclass_of_magnitude_pruning_is_a_rule_of_your_own():
+    from maskfit.pruning.rule import MagnitudePruning
+
+    class Mine(MagnitudePruning):
+        pass
+
+    class Declared(MagnitudePruning):
+        backend_feature = "magnitude_pruning"
+
+    schedule = pruning.ConstantSparsity(0.5, 0)
+    layer = keras.layers.Dense(2, name="mine")
+    message = _refused("custom_rules", lambda: rules.set_rule(layer, Mine(schedule)))
+    assert "a Mine rule on layer 'mine'" in message
+    assert rules.get_rule(layer) is None
+    rules.set_rule(layer, Declared(schedule))  # it says it runs on JAX
+    rules.set_rule(layer, MagnitudePruning(schedule))
+
+
 def test_a_backprop_gate_is_refused_at_set_mask_and_changes_nothing():
     layer = keras.layers.Dense(2, name="gated")
     layer.build((None, 4))
