@@ -7,11 +7,14 @@ run this script in a subprocess (the JAX leg runs in the test's process):
     KERAS_BACKEND=tensorflow python tests/backend_roundtrip.py new OUT_DIR
     KERAS_BACKEND=tensorflow python tests/backend_roundtrip.py resume IN_DIR OUT_DIR
     KERAS_BACKEND=tensorflow python tests/backend_roundtrip.py pruned OUT_DIR
+    KERAS_BACKEND=tensorflow python tests/backend_roundtrip.py load_pruned IN_DIR
 
 `new` builds the model, trains it with AdamW (weight decay: a frozen entry
 moves unless maskfit holds it), and saves it; `resume` loads a saved one,
 trains it on and saves it again; `pruned` trains a model pruned by
-`prune_low_magnitude` and saves it (`report.json` and `model.keras`). Each
+`prune_low_magnitude` and saves it (`report.json` and `model.keras`);
+`load_pruned` loads one pruned and saved under the other backend
+(`check_pruned`). Each
 leg of the round trip writes `model.keras` and
 `leg.npz`: every trainable variable's value and the masks' configs, read
 back by the next leg and by the test (`check_leg`).
@@ -218,6 +221,41 @@ def pruned(out_dir):
     np.savez(os.path.join(out_dir, "leg.npz"), **flat)
 
 
+def check_pruned(in_dir):
+    """Asserts a model `pruned` saved (under either backend) loads here with its
+    rule, summary, loss, predictions and weights, strips to a plain Sequential,
+    and keeps its sparsity when trained on."""
+    import maskfit.pruning as pruning
+    from maskfit.spec import rules
+
+    with open(os.path.join(in_dir, "report.json")) as f:
+        saved = json.load(f)
+    weights = read_npz(os.path.join(in_dir, "leg.npz"))
+    model = keras.saving.load_model(os.path.join(in_dir, "model.keras"))
+    assert [type(rule).__name__ for _, rule in rules.layer_rules(model)] == [
+        "MagnitudePruning"
+    ]
+    now = report(model)
+    assert now["summary"] == saved["summary"]
+    assert maskfit.summary(model, print_fn=None).pruned_params > 0
+    np.testing.assert_allclose(now["loss"], saved["loss"], rtol=1e-5)
+    np.testing.assert_allclose(
+        now["predictions"], saved["predictions"], rtol=1e-5, atol=1e-6
+    )
+    stripped = pruning.strip_pruning(model)
+    assert type(stripped) is keras.Sequential
+    assert not rules.layer_rules(stripped)
+    for variable in stripped.trainable_weights:
+        np.testing.assert_array_equal(
+            variable.numpy(), weights[layer_key(variable.path)]
+        )
+    # Trained on: the rule (50% every step) keeps pruning its kernels.
+    train(model)
+    for name in ("hidden", "head"):
+        kernel = model.get_layer(name).kernel.numpy()
+        assert int(np.count_nonzero(kernel)) == kernel.size // 2, name
+
+
 def run_on_tensorflow(*args):
     """Runs this script's `args` in a TensorFlow subprocess; asserts it passed."""
     import subprocess
@@ -256,6 +294,8 @@ def main(argv):
         pruned(dirs[0])
         print("pruned: ok under tensorflow")
         return
+    elif command == "load_pruned":
+        check_pruned(dirs[0])
     elif command == "resume":
         model = keras.saving.load_model(os.path.join(dirs[0], "model.keras"))
         check_leg(model, dirs[0])
@@ -263,6 +303,7 @@ def main(argv):
     else:
         raise SystemExit(
             f"unknown command {command!r}: new OUT | resume IN OUT | pruned OUT"
+            " | load_pruned IN"
         )
     print(f"{command}: ok under {keras.backend.backend()}")
 

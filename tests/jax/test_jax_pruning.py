@@ -1,19 +1,14 @@
 """Pruning's pieces that run on JAX: one-shot unit selection and `shrink`,
-and a model pruned on TensorFlow loaded, evaluated, trained on and stripped
-on JAX (magnitude pruning in `fit` on JAX: test_jax_magnitude_pruning.py).
+a model pruned on TensorFlow loaded, evaluated, trained on and stripped
+on JAX, and one pruned on JAX loaded likewise on TensorFlow (magnitude pruning in `fit` on JAX: test_jax_magnitude_pruning.py).
 """
-
-import json
-import os
 
 import backend_roundtrip
 import keras
 import numpy as np
 import pytest
 
-import maskfit
 import maskfit.pruning as pruning
-from maskfit.spec import rules
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "jax", reason="pruning's pieces on JAX"
@@ -46,33 +41,15 @@ def test_select_units_and_shrink_give_the_pruned_outputs():
     )
 
 
+def test_a_model_pruned_on_jax_loads_evaluates_strips_and_trains_on_tensorflow(
+    tmp_path,
+):
+    out = str(tmp_path / "pruned")
+    backend_roundtrip.pruned(out)  # prune_low_magnitude in fit, here on JAX
+    backend_roundtrip.run_on_tensorflow("load_pruned", out)
+
+
 def test_a_model_pruned_on_tensorflow_evaluates_and_strips_on_jax(tmp_path):
     out = str(tmp_path / "pruned")
     backend_roundtrip.run_on_tensorflow("pruned", out)
-    with open(os.path.join(out, "report.json")) as f:
-        saved = json.load(f)
-    weights = backend_roundtrip.read_npz(os.path.join(out, "leg.npz"))
-    model = keras.saving.load_model(os.path.join(out, "model.keras"))
-    assert [type(rule).__name__ for _, rule in rules.layer_rules(model)] == [
-        "MagnitudePruning"
-    ]
-    now = backend_roundtrip.report(model)
-    assert now["summary"] == saved["summary"]
-    assert maskfit.summary(model, print_fn=None).pruned_params > 0
-    np.testing.assert_allclose(now["loss"], saved["loss"], rtol=1e-5)
-    np.testing.assert_allclose(
-        now["predictions"], saved["predictions"], rtol=1e-5, atol=1e-6
-    )
-    stripped = pruning.strip_pruning(model)
-    assert type(stripped) is keras.Sequential
-    assert not rules.layer_rules(stripped)
-    for variable in stripped.trainable_weights:
-        np.testing.assert_array_equal(
-            variable.numpy(), weights[backend_roundtrip.layer_key(variable.path)]
-        )
-    # Trained on under JAX: the rule (50% every step) keeps pruning its kernels.
-    x, y = backend_roundtrip.data()
-    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
-    for name in ("hidden", "head"):
-        kernel = model.get_layer(name).kernel.numpy()
-        assert int(np.count_nonzero(kernel)) == kernel.size // 2
+    backend_roundtrip.check_pruned(out)
