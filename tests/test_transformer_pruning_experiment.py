@@ -10,7 +10,13 @@ import pytest
 pytest.importorskip("keras_hub", reason="keras_hub (the [hub] extra) is not installed")
 pytest.importorskip("matplotlib", reason="matplotlib (the [experiments] extra)")
 
-from experiments.transformer_pruning import corpus, keras_arm, lib, timing  # noqa: E402
+from experiments.transformer_pruning import (  # noqa: E402
+    corpus,
+    keras_arm,
+    lib,
+    timing,
+    weights,
+)
 
 keras_hub = pytest.importorskip("keras_hub")
 # The Llama it prunes shrinks into its Mistral twin (keras-hub 0.32), and its
@@ -83,6 +89,94 @@ def test_corpus_is_fixed_and_batches_follow_the_seed():
     windows = first.validation_windows(3, 8)
     assert windows.shape == (3, 9) and windows.max() < corpus.VOCABULARY
     np.testing.assert_array_equal(windows[1, 0], windows[0, 8])
+
+
+def test_initial_weights_are_hugging_faces_scheme_and_follow_the_seed():
+    arch = TINY.architecture
+    first, again, other = (weights.draw(arch, s) for s in (0, 0, 1))
+    assert list(first) == list(again)
+    for name, value in first.items():
+        np.testing.assert_array_equal(value, again[name])
+        assert value.dtype == np.float32
+        if name.endswith("norm.weight"):
+            np.testing.assert_array_equal(value, np.ones_like(value))
+        else:
+            assert not np.array_equal(value, other[name]), name
+    assert first["model.layers.0.self_attn.q_proj.weight"].shape == (16, 16)
+    assert first["model.layers.0.self_attn.k_proj.weight"].shape == (16, 16)
+    assert first["model.layers.0.mlp.down_proj.weight"].shape == (16, 24)
+    assert first["lm_head.weight"].shape == (corpus.VOCABULARY, 16)
+    drawn = np.concatenate(
+        [v.ravel() for k, v in first.items() if not k.endswith("norm.weight")]
+    )
+    assert abs(drawn.mean()) < 1e-3 and abs(drawn.std() - weights.STDDEV) < 1e-3
+
+
+def test_keras_model_holds_the_drawn_weights_in_its_layout():
+    """Grouped (one key/value head for two query heads): head h of q_proj's rows is
+    query kernel [:, h, :]; the output kernel's head h is o_proj's columns of h."""
+    arch = lib.Config(**dict(vars(TINY), kv_heads=1)).architecture
+    drawn = weights.draw(arch, 3)
+    lm = keras_arm.build(arch, 3)
+    values = {w.path: np.asarray(w) for w in lm.weights}
+    layer = "transformer_layer_0/self_attention/"
+    q = drawn["model.layers.0.self_attn.q_proj.weight"]
+    o = drawn["model.layers.0.self_attn.o_proj.weight"]
+    for head in range(2):
+        rows = slice(8 * head, 8 * head + 8)
+        np.testing.assert_array_equal(
+            values[layer + "query/kernel"][:, head], q[rows].T
+        )
+        np.testing.assert_array_equal(
+            values[layer + "attention_output/kernel"][head], o[:, rows].T
+        )
+    np.testing.assert_array_equal(
+        values[layer + "key/kernel"][:, 0],
+        drawn["model.layers.0.self_attn.k_proj.weight"].T,
+    )
+    np.testing.assert_array_equal(
+        values["token_embedding/reverse_embeddings"], drawn["lm_head.weight"].T
+    )
+    np.testing.assert_array_equal(
+        values["transformer_layer_0/feedforward_gate_dense/kernel"],
+        drawn["model.layers.0.mlp.gate_proj.weight"].T,
+    )
+    assert len(values) == len(drawn)
+    # The same seed, the same model; clone keeps the weights, not a new draw.
+    again = keras_arm.build(arch, 3)
+    for w in again.weights:
+        np.testing.assert_array_equal(np.asarray(w), values[w.path])
+    copy = keras_arm.clone(lm, arch, 5)
+    for w in copy.weights:
+        np.testing.assert_array_equal(np.asarray(w), values[w.path])
+
+
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_keras_and_transformers_llamas_agree_at_the_same_weights(kv_heads):
+    """The two arms' models are one function: the same logits at the same weights
+    (RoPE, RMSNorm epsilon, grouped heads, untied head). Skips without the
+    benchmark extra (torch, transformers), as in the [test] install."""
+    pytest.importorskip("torch", reason="torch (the benchmark extra) is not installed")
+    pytest.importorskip("transformers", reason="transformers (the benchmark extra)")
+    import torch
+
+    from experiments.transformer_pruning import torch_arm
+
+    arch = lib.Config(**dict(vars(TINY), kv_heads=kv_heads)).architecture
+    # Larger weights than the initial ones, so attention is far from uniform.
+    drawn = weights.draw(arch, 7, stddev=0.3)
+    lm = keras_arm.build(arch, 7, initial=False)
+    keras_arm.assign(lm, keras_arm.keras_weights(drawn, arch))
+    model = torch_arm.build(arch, 7)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in drawn.items()})
+    windows = corpus.load().validation_windows(3, 8)
+    x, _ = keras_arm.model_inputs(windows)
+    expected = np.asarray(lm(x, training=False))
+    with torch.inference_mode():
+        logits = model(torch.as_tensor(x["token_ids"].astype(np.int64))).logits
+    scale = np.abs(expected).max()
+    assert scale > 1.0
+    np.testing.assert_allclose(logits.numpy(), expected, rtol=0, atol=1e-5 * scale)
 
 
 def test_litert_export_matches_the_keras_model():
