@@ -179,10 +179,11 @@ def test_keras_and_transformers_llamas_agree_at_the_same_weights(kv_heads):
     np.testing.assert_allclose(logits.numpy(), expected, rtol=0, atol=1e-5 * scale)
 
 
-def test_litert_export_matches_the_keras_model():
+@pytest.mark.parametrize("path", ["litert", "xla"])
+def test_compiled_paths_match_the_keras_model(path):
     model = keras_arm.build(TINY.architecture, 0)
-    call, error = timing.keras_call(model, 2, 8, corpus.VOCABULARY, "litert")
-    assert call().shape == (2, 8, corpus.VOCABULARY)
+    call, error = timing.keras_call(model, 2, 8, corpus.VOCABULARY, path)
+    assert tuple(call().shape) == (2, 8, corpus.VOCABULARY)
     assert error < 1e-4
 
 
