@@ -151,6 +151,56 @@ def test_keras_model_holds_the_drawn_weights_in_its_layout():
         np.testing.assert_array_equal(np.asarray(w), values[w.path])
 
 
+def test_torch_adamw_steps_as_pytorchs_adamw_on_repeated_tokens():
+    """A token three times in the batch: one dense gradient row (not three squared
+    slices), and epsilon after the bias correction, as torch.optim.AdamW."""
+    import keras
+    import tensorflow as tf
+
+    embedding = keras.layers.Embedding(4, 3)
+    embedding.build((None,))
+    start = np.asarray(embedding.embeddings).copy()
+    ids = tf.constant([0, 0, 0, 1, 2])
+    direction = tf.constant(np.linspace(-1.0, 1.0, 15).reshape(5, 3), tf.float32)
+    lr, decay, (beta_1, beta_2), epsilon = 0.1, 0.01, (0.9, 0.999), 1e-2
+    optimizer = keras_arm.TorchAdamW(
+        learning_rate=lr, weight_decay=decay, beta_1=beta_1, beta_2=beta_2,
+        epsilon=epsilon,
+    )  # fmt: skip
+    expected, m, v = start.astype(np.float64), 0.0, 0.0
+    for step in (1, 2):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(embedding(ids) * direction * step)
+        (grad,) = tape.gradient(loss, [embedding.embeddings])
+        assert isinstance(grad, tf.IndexedSlices)
+        optimizer.apply_gradients([(grad, embedding.embeddings)])
+        dense = np.zeros_like(start, np.float64)
+        np.add.at(dense, [0, 0, 0, 1, 2], np.asarray(direction) * step)
+        # torch.optim.AdamW's step.
+        expected *= 1 - lr * decay
+        m = beta_1 * m + (1 - beta_1) * dense
+        v = beta_2 * v + (1 - beta_2) * dense**2
+        denominator = np.sqrt(v / (1 - beta_2**step)) + epsilon
+        expected -= lr / (1 - beta_1**step) * m / denominator
+    # Keras computes 1 - beta_2^t in float32 (1.3e-5 off at t=1), PyTorch in float64.
+    np.testing.assert_allclose(np.asarray(embedding.embeddings), expected, atol=1e-5)
+    # Keras's own AdamW, on the same gradients, lands elsewhere (three squared slices).
+    plain = keras.layers.Embedding(4, 3)
+    plain.build((None,))
+    plain.embeddings.assign(start)
+    keras_adamw = keras.optimizers.AdamW(
+        learning_rate=lr, weight_decay=decay, beta_1=beta_1, beta_2=beta_2,
+        epsilon=epsilon,
+    )  # fmt: skip
+    for step in (1, 2):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(plain(ids) * direction * step)
+        keras_adamw.apply_gradients(
+            zip(tape.gradient(loss, [plain.embeddings]), [plain.embeddings])
+        )
+    assert np.abs(np.asarray(plain.embeddings)[0] - expected[0]).max() > 1e-2
+
+
 @pytest.mark.parametrize("kv_heads", [2, 1])
 def test_keras_and_transformers_llamas_agree_at_the_same_weights(kv_heads):
     """The two arms' models are one function: the same logits at the same weights
