@@ -1,14 +1,15 @@
 """The transformer-pruning experiment: Config and `run(config, workdir)`.
 
 Per seed, both arms train the same Llama causal LM (`keras_arm.Architecture`)
-on the same windows of Python's own text (`corpus`) in the same order, with
-the same AdamW numbers. The maskfit arm then prunes a copy of it per
+from the same initial weights (`weights.draw`) on the same windows of
+Python's own text (`corpus`) in the same order, with the same AdamW steps
+(`keras_arm.TorchAdamW` on the Keras side). The maskfit arm then prunes a copy of it per
 importance (magnitude, Taylor, activation), fraction and schedule (one-shot:
 `select_units`, shrink, heal; gradual: `prune_units` in `fit` while it
 heals, shrink), the Torch-Pruning arm per fraction as its LLM example does,
 healed on the same windows. Validation perplexity and parameters per run;
 latency of the shrunk models against the dense ones (seed 0, one thread,
-interleaved rounds) through TensorFlow, LiteRT and PyTorch (`timing`).
+interleaved rounds) through TensorFlow, XLA, LiteRT and PyTorch (`timing`).
 """
 
 import copy
@@ -32,7 +33,7 @@ SCHEDULES = ("one_shot", "gradual")
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """What to run; the defaults take about 10 minutes of CPU time on one core.
+    """What to run; the defaults take about 12 minutes of CPU time on one core.
 
     Attributes:
       layers: Transformer blocks.
