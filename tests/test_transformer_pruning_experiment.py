@@ -151,6 +151,15 @@ def test_keras_model_holds_the_drawn_weights_in_its_layout():
         np.testing.assert_array_equal(np.asarray(w), values[w.path])
 
 
+def test_hf_weights_inverts_the_keras_layout():
+    arch = lib.Config(**dict(vars(TINY), kv_heads=1)).architecture
+    drawn = weights.draw(arch, 4)
+    back = keras_arm.hf_weights(keras_arm.build(arch, 4), arch)
+    assert sorted(back) == sorted(drawn)
+    for name, value in drawn.items():
+        np.testing.assert_array_equal(back[name], value, err_msg=name)
+
+
 def test_torch_adamw_steps_as_pytorchs_adamw_on_repeated_tokens():
     """A token three times in the batch: one dense gradient row (not three squared
     slices), and epsilon after the bias correction, as torch.optim.AdamW."""
@@ -217,8 +226,7 @@ def test_keras_and_transformers_llamas_agree_at_the_same_weights(kv_heads):
     drawn = weights.draw(arch, 7, stddev=0.3)
     lm = keras_arm.build(arch, 7, initial=False)
     keras_arm.assign(lm, keras_arm.keras_weights(drawn, arch))
-    model = torch_arm.build(arch, 7)
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in drawn.items()})
+    model = torch_arm.build(arch, 7, drawn)
     windows = corpus.load().validation_windows(3, 8)
     x, _ = keras_arm.model_inputs(windows)
     expected = np.asarray(lm(x, training=False))
@@ -235,6 +243,25 @@ def test_compiled_paths_match_the_keras_model(path):
     call, error = timing.keras_call(model, 2, 8, corpus.VOCABULARY, path)
     assert tuple(call().shape) == (2, 8, corpus.VOCABULARY)
     assert error < 1e-4
+
+
+def test_shared_dense_prunes_the_keras_arms_weights_in_both_arms(tmp_path):
+    """--shared_dense: Torch-Pruning starts from maskfit's trained dense model, so
+    the two arms' dense perplexities agree; equal removed parameters. Skips
+    without the benchmark extra."""
+    pytest.importorskip("torch", reason="torch (the benchmark extra) is not installed")
+    pytest.importorskip("torch_pruning", reason="torch-pruning (the benchmark extra)")
+    config = lib.Config(
+        **dict(vars(TINY), torch=True, shared_dense=True, schedules=("one_shot",),
+               importances=("magnitude",))
+    )  # fmt: skip
+    metrics = lib.run(config, str(tmp_path))
+    dense = {r["arm"]: r for r in metrics["runs"] if r["schedule"] == "dense"}
+    np.testing.assert_allclose(
+        dense["maskfit"]["perplexity"], dense["torch_pruning"]["perplexity"], rtol=1e-4
+    )
+    removed = {r["arm"]: r["removed"] for r in metrics["runs"] if "removed" in r}
+    assert removed["maskfit"] == removed["torch_pruning"]
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ __all__ = [
     "assign",
     "build",
     "clone",
+    "hf_weights",
     "importance",
     "keras_weights",
     "model_inputs",
@@ -152,6 +153,39 @@ def assign(lm, values):
         )
     for variable in lm.weights:
         variable.assign(np.ascontiguousarray(values[variable.path]))
+
+
+def hf_weights(lm, arch):
+    """`lm`'s weights in Hugging Face's names and layout: `keras_weights` inverted."""
+    values = {w.path: np.asarray(w) for w in lm.weights}
+    out = {
+        "model.embed_tokens.weight": values["token_embedding/embeddings"],
+        "lm_head.weight": values["token_embedding/reverse_embeddings"].T,
+        "model.norm.weight": values["sequence_output_layernorm/scale"],
+    }
+    for i in range(arch.layers):
+        hf, k = f"model.layers.{i}.", f"transformer_layer_{i}/"
+        attention = k + "self_attention/"
+        for name, kernel in (("q", "query"), ("k", "key"), ("v", "value")):
+            out[hf + f"self_attn.{name}_proj.weight"] = (
+                values[attention + kernel + "/kernel"].reshape(arch.hidden, -1).T
+            )
+        out[hf + "self_attn.o_proj.weight"] = (
+            values[attention + "attention_output/kernel"].reshape(-1, arch.hidden).T
+        )
+        for name, dense in (
+            ("gate", "feedforward_gate_dense"),
+            ("up", "feedforward_intermediate_dense"),
+            ("down", "feedforward_output_dense"),
+        ):
+            out[hf + f"mlp.{name}_proj.weight"] = values[k + dense + "/kernel"].T
+        out[hf + "input_layernorm.weight"] = values[
+            k + "self_attention_layernorm/scale"
+        ]
+        out[hf + "post_attention_layernorm.weight"] = values[
+            k + "feedforward_layernorm/scale"
+        ]
+    return {name: np.ascontiguousarray(value) for name, value in out.items()}
 
 
 def clone(lm, arch, seed):

@@ -60,8 +60,8 @@ def versions():
     }
 
 
-def build(arch, seed):
-    """A `LlamaForCausalLM` of `arch` holding `weights.draw(arch, seed)`."""
+def build(arch, seed, values=None):
+    """A `LlamaForCausalLM` of `arch` holding `values` (`weights.draw(arch, seed)` if None)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -80,7 +80,9 @@ def build(arch, seed):
         initializer_range=weights_lib.STDDEV,
     )
     model = LlamaForCausalLM(config)
-    state = {k: torch.from_numpy(v) for k, v in weights_lib.draw(arch, seed).items()}
+    if values is None:
+        values = weights_lib.draw(arch, seed)
+    state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in values.items()}
     model.load_state_dict(state, strict=True)
     return model
 
