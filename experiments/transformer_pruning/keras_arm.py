@@ -213,13 +213,13 @@ class TorchAdamW(keras.optimizers.AdamW):
       Adam squares the slices before it scatter-adds them into its second
       moment, so a row gets the sum of its occurrences' squared gradients,
       not the square of their sum, and a frequent token's row (the space
-      byte) steps up to sqrt(occurrences) times the learning rate: 10.7x on
-      the first step here. The slices are summed into a dense gradient
-      first, as PyTorch's embedding gradient is.
+      byte) steps up to sqrt(occurrences) times the learning rate. The
+      slices are summed into a dense gradient first, as PyTorch's embedding
+      gradient is.
     - Where epsilon goes. Keras adds it to sqrt(v) before the bias correction
       of v, PyTorch after: Keras's epsilon is in effect PyTorch's divided by
-      sqrt(1 - beta_2^t) (31.6x at the first step), which shortened the first
-      steps of small-gradient weights by up to 70%. Here it is scaled by
+      sqrt(1 - beta_2^t) (31.6x at the first step), which shortens the first
+      steps of small-gradient weights. Here it is scaled by
       sqrt(1 - beta_2^t), which gives PyTorch's update exactly.
     """
 
