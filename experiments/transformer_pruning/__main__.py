@@ -8,7 +8,7 @@ in `fit`, heals and shrinks it; Hugging Face's `LlamaForCausalLM` of the same
 sizes, trained on the same windows in the same order, is pruned with
 Torch-Pruning as its LLM example does and healed alike. Per fraction and
 importance: parameters, validation perplexity over seeds, and the shrunk
-model's latency against the dense one through TensorFlow, LiteRT and
+model's latency against the dense one through TensorFlow, XLA, LiteRT and
 PyTorch (one thread, interleaved rounds). Writes `config.json`,
 `metrics.json`, `transformer_pruning.md` and `transformer_pruning.png` under
 `--workdir`. The Torch-Pruning arm needs the `benchmark` extra and is

@@ -1,6 +1,8 @@
 """The maskfit arm: a keras_hub Llama trained, pruned, healed and shrunk.
 
-`build` makes the causal LM from `Architecture` (no preset, no download);
+`build` makes the causal LM from `Architecture` (no preset, no download)
+and gives it the initial weights both arms share (`weights.draw`, put in
+keras_hub's layout by `keras_weights`);
 `train` fits it on windows of byte tokens in the order given; `prune_one_shot`
 chooses the units of a trained copy with `maskfit.pruning.select_units` and
 shrinks it before healing, `prune_gradual` prunes inside `fit` with
@@ -14,15 +16,20 @@ import dataclasses
 import keras
 import keras_hub
 import numpy as np
+import tensorflow as tf
 
 import maskfit
+from experiments.transformer_pruning import weights as weights_lib
 
 __all__ = [
     "IMPORTANCES",
     "Architecture",
+    "assign",
     "build",
     "clone",
+    "hf_weights",
     "importance",
+    "keras_weights",
     "model_inputs",
     "perplexity",
     "prune_gradual",
@@ -57,8 +64,12 @@ class Optimizer:
     epsilon: float = 1e-8
 
 
-def build(arch, seed):
-    """A fresh `LlamaCausalLM` (no preprocessor), initialized from `seed`."""
+def build(arch, seed, initial=True):
+    """A fresh `LlamaCausalLM` (no preprocessor) of `arch`.
+
+    With `initial`, its weights are `weights.draw(arch, seed)`, the ones the
+    PyTorch arm starts from too; else keras_hub's initializers' (seeded).
+    """
     keras.utils.set_random_seed(seed)
     backbone = keras_hub.models.LlamaBackbone(
         vocabulary_size=arch.vocabulary,
@@ -67,13 +78,119 @@ def build(arch, seed):
         num_key_value_heads=arch.kv_heads,
         hidden_dim=arch.hidden,
         intermediate_dim=arch.ffn,
+        rope_max_wavelength=10000,  # transformers' rope_theta
+        layer_norm_epsilon=1e-6,  # transformers' rms_norm_eps (set alike there)
     )
-    return keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
+    lm = keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
+    if initial:
+        assign(lm, keras_weights(weights_lib.draw(arch, seed), arch))
+    return lm
+
+
+def keras_weights(hf_weights, arch):
+    """Hugging Face Llama weights (`weights.draw`'s) as `{keras_hub variable path: array}`.
+
+    An `nn.Linear` weight is `(out, in)`; keras_hub's EinsumDense kernels are
+    `(in, out)`, with the heads split out: query/key/value `(hidden, heads,
+    head_dim)`, attention output `(heads, head_dim, hidden)`. The untied
+    output projection is `reverse_embeddings`, `lm_head`'s transpose. (As
+    keras_hub's own converter, `utils/transformers/convert_llama3.py`.)
+    """
+    head_dim = arch.hidden // arch.query_heads
+
+    def heads(name, count):
+        return hf_weights[name].T.reshape(arch.hidden, count, head_dim)
+
+    out = {
+        "token_embedding/embeddings": hf_weights["model.embed_tokens.weight"],
+        "token_embedding/reverse_embeddings": hf_weights["lm_head.weight"].T,
+        "sequence_output_layernorm/scale": hf_weights["model.norm.weight"],
+    }
+    for i in range(arch.layers):
+        hf, k = f"model.layers.{i}.", f"transformer_layer_{i}/"
+        attention = k + "self_attention/"
+        out.update(
+            {
+                attention + "query/kernel": heads(
+                    hf + "self_attn.q_proj.weight", arch.query_heads
+                ),
+                attention + "key/kernel": heads(
+                    hf + "self_attn.k_proj.weight", arch.kv_heads
+                ),
+                attention + "value/kernel": heads(
+                    hf + "self_attn.v_proj.weight", arch.kv_heads
+                ),
+                attention + "attention_output/kernel": hf_weights[
+                    hf + "self_attn.o_proj.weight"
+                ].T.reshape(arch.query_heads, head_dim, arch.hidden),
+                k + "self_attention_layernorm/scale": hf_weights[
+                    hf + "input_layernorm.weight"
+                ],
+                k + "feedforward_gate_dense/kernel": hf_weights[
+                    hf + "mlp.gate_proj.weight"
+                ].T,
+                k + "feedforward_intermediate_dense/kernel": hf_weights[
+                    hf + "mlp.up_proj.weight"
+                ].T,
+                k + "feedforward_output_dense/kernel": hf_weights[
+                    hf + "mlp.down_proj.weight"
+                ].T,
+                k + "feedforward_layernorm/scale": hf_weights[
+                    hf + "post_attention_layernorm.weight"
+                ],
+            }
+        )
+    return out
+
+
+def assign(lm, values):
+    """Sets every weight of `lm` from `{variable path: array}` (all of them, exactly)."""
+    paths = [w.path for w in lm.weights]
+    if sorted(paths) != sorted(values):
+        raise ValueError(
+            "Received weights that do not match the model's, expected its"
+            f" variables {sorted(paths)}. Received: {sorted(values)}"
+        )
+    for variable in lm.weights:
+        variable.assign(np.ascontiguousarray(values[variable.path]))
+
+
+def hf_weights(lm, arch):
+    """`lm`'s weights in Hugging Face's names and layout: `keras_weights` inverted."""
+    values = {w.path: np.asarray(w) for w in lm.weights}
+    out = {
+        "model.embed_tokens.weight": values["token_embedding/embeddings"],
+        "lm_head.weight": values["token_embedding/reverse_embeddings"].T,
+        "model.norm.weight": values["sequence_output_layernorm/scale"],
+    }
+    for i in range(arch.layers):
+        hf, k = f"model.layers.{i}.", f"transformer_layer_{i}/"
+        attention = k + "self_attention/"
+        for name, kernel in (("q", "query"), ("k", "key"), ("v", "value")):
+            out[hf + f"self_attn.{name}_proj.weight"] = (
+                values[attention + kernel + "/kernel"].reshape(arch.hidden, -1).T
+            )
+        out[hf + "self_attn.o_proj.weight"] = (
+            values[attention + "attention_output/kernel"].reshape(-1, arch.hidden).T
+        )
+        for name, dense in (
+            ("gate", "feedforward_gate_dense"),
+            ("up", "feedforward_intermediate_dense"),
+            ("down", "feedforward_output_dense"),
+        ):
+            out[hf + f"mlp.{name}_proj.weight"] = values[k + dense + "/kernel"].T
+        out[hf + "input_layernorm.weight"] = values[
+            k + "self_attention_layernorm/scale"
+        ]
+        out[hf + "post_attention_layernorm.weight"] = values[
+            k + "feedforward_layernorm/scale"
+        ]
+    return {name: np.ascontiguousarray(value) for name, value in out.items()}
 
 
 def clone(lm, arch, seed):
     """A new causal LM of `arch` holding `lm`'s weights."""
-    copy = build(arch, seed)
+    copy = build(arch, seed, initial=False)
     copy.set_weights(lm.get_weights())
     return copy
 
@@ -85,9 +202,48 @@ def model_inputs(windows):
     return x, np.asarray(windows[:, 1:], np.int32)
 
 
+class TorchAdamW(keras.optimizers.AdamW):
+    """Keras's AdamW taking the steps `torch.optim.AdamW` takes.
+
+    Two differences, each measured at the first step from the same weights
+    on the same batch (the arms' dense models otherwise drift apart):
+
+    - Dense gradients. The token embedding's gradient reaches the optimizer
+      as `tf.IndexedSlices`, one slice per occurrence of a token. Keras's
+      Adam squares the slices before it scatter-adds them into its second
+      moment, so a row gets the sum of its occurrences' squared gradients,
+      not the square of their sum, and a frequent token's row (the space
+      byte) steps up to sqrt(occurrences) times the learning rate. The
+      slices are summed into a dense gradient first, as PyTorch's embedding
+      gradient is.
+    - Where epsilon goes. Keras adds it to sqrt(v) before the bias correction
+      of v, PyTorch after: Keras's epsilon is in effect PyTorch's divided by
+      sqrt(1 - beta_2^t) (31.6x at the first step), which shortens the first
+      steps of small-gradient weights. Here it is scaled by
+      sqrt(1 - beta_2^t), which gives PyTorch's update exactly.
+    """
+
+    def apply(self, grads, trainable_variables=None):
+        grads = [
+            tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+            for g in grads
+        ]
+        return super().apply(grads, trainable_variables)
+
+    def update_step(self, gradient, variable, learning_rate):
+        step = keras.ops.cast(self.iterations + 1, variable.dtype)
+        beta_2 = keras.ops.cast(self.beta_2, variable.dtype)
+        epsilon = self.epsilon
+        self.epsilon = epsilon * keras.ops.sqrt(1 - keras.ops.power(beta_2, step))
+        try:
+            super().update_step(gradient, variable, learning_rate)
+        finally:
+            self.epsilon = epsilon
+
+
 def _compile(model, optimizer, run_eagerly=False):
     model.compile(
-        optimizer=keras.optimizers.AdamW(
+        optimizer=TorchAdamW(
             learning_rate=optimizer.learning_rate,
             weight_decay=optimizer.weight_decay,
             beta_1=optimizer.beta_1,

@@ -2,7 +2,8 @@
 
 Every contender runs one fixed batch of token windows (the whole context,
 logits out) and blocks until done: a `tf.function` of the Keras model
-("tensorflow"), Keras's LiteRT export of it run by the LiteRT interpreter
+("tensorflow"), the same compiled by XLA (`jit_compile=True`, "xla"),
+Keras's LiteRT export of it run by the LiteRT interpreter
 with one thread ("litert"), and the PyTorch model under `inference_mode`
 ("torch"). `measure` times all of them in interleaved rounds
 (`experiments.common.latency.interleaved`), so a slow patch of a shared
@@ -22,7 +23,7 @@ from experiments.common import latency
 
 __all__ = ["PATHS", "keras_call", "measure"]
 
-PATHS = ("tensorflow", "litert")
+PATHS = ("tensorflow", "xla", "litert")
 
 
 def _tokens(batch, length, vocabulary, seed=0):
@@ -34,15 +35,21 @@ def _tokens(batch, length, vocabulary, seed=0):
 def keras_call(model, batch, length, vocabulary, path):
     """A zero-argument callable running `model` on a fixed batch by `path`.
 
-    For "litert" it also checks the interpreter's logits against the model's
-    (float32, no quantization) and returns `(call, max abs difference)`.
+    Returns `(call, max abs difference)`: for "xla" and "litert" the largest
+    difference of their logits from the model's own (float32, no
+    quantization), for "tensorflow" 0.
     """
     x = _tokens(batch, length, vocabulary)
-    if path == "tensorflow":
+    if path in ("tensorflow", "xla"):
         inputs = {k: tf.constant(v) for k, v in x.items()}
-        function = tf.function(lambda: model(inputs, training=False))
-        function()
-        return function, 0.0
+        function = tf.function(
+            lambda: model(inputs, training=False), jit_compile=path == "xla"
+        )
+        logits = np.asarray(function())
+        if path == "tensorflow":
+            return function, 0.0
+        expected = np.asarray(model(x, training=False))
+        return function, float(np.max(np.abs(logits - expected)))
     with tempfile.TemporaryDirectory() as directory:
         target = os.path.join(directory, "model.tflite")
         signature = [{k: tf.TensorSpec(v.shape, tf.int32) for k, v in x.items()}]
@@ -79,9 +86,10 @@ def measure(keras_models, torch_models, batches, length, vocabulary, rounds, pat
       paths: Keras inference paths (`PATHS`).
 
     Returns:
-      Rows `{"batch", "framework", "fraction", "ms", "ratio", "litert_error"}`,
+      Rows `{"batch", "framework", "fraction", "ms", "ratio", "logits_error"}`,
       where "ms" and "ratio" are `latency.summarize`'s (wall time; ratio to
-      the same framework's dense model, paired by round).
+      the same framework's dense model, paired by round) and "logits_error"
+      `keras_call`'s (None for torch).
     """
     rows = []
     for batch in batches:
@@ -114,7 +122,7 @@ def measure(keras_models, torch_models, batches, length, vocabulary, rounds, pat
                         "fraction": keys[i][1],
                         "ms": summary[str(i)]["ms"],
                         "ratio": summary[str(i)]["ratio"],
-                        "litert_error": errors.get(keys[i]),
+                        "logits_error": errors.get(keys[i]),
                     }
                 )
     return rows

@@ -1,7 +1,8 @@
 """The Torch-Pruning arm: Hugging Face's Llama, pruned as Torch-Pruning's LLM example does.
 
 `LlamaForCausalLM` built from a `LlamaConfig` of the same `Architecture`
-(no download), trained with the same AdamW numbers on the same windows in
+(no download), starting from the same initial weights as the Keras arm
+(`weights.draw`, already in transformers' names and layout), trained with the same AdamW numbers on the same windows in
 the same order, pruned in one shot by `torch_pruning.pruner.BasePruner`
 with the settings of `examples/LLMs/prune_llm.py` (`GroupMagnitudeImportance
 (p=2, group_reduction="mean")`, local pruning, `num_heads` of q/k/v,
@@ -20,6 +21,8 @@ import importlib
 import os
 
 import numpy as np
+
+from experiments.transformer_pruning import weights as weights_lib
 
 __all__ = [
     "build",
@@ -57,8 +60,8 @@ def versions():
     }
 
 
-def build(arch, seed):
-    """A fresh `LlamaForCausalLM` of `arch`, initialized from `seed`."""
+def build(arch, seed, values=None):
+    """A `LlamaForCausalLM` of `arch` holding `values` (`weights.draw(arch, seed)` if None)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -71,11 +74,17 @@ def build(arch, seed):
         num_attention_heads=arch.query_heads,
         num_key_value_heads=arch.kv_heads,
         max_position_embeddings=arch.context,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
+        rms_norm_eps=1e-6,  # keras_hub's layer_norm_epsilon (set alike there)
+        rope_theta=10000.0,  # keras_hub's rope_max_wavelength
         tie_word_embeddings=False,
+        initializer_range=weights_lib.STDDEV,
     )
-    return LlamaForCausalLM(config)
+    model = LlamaForCausalLM(config)
+    if values is None:
+        values = weights_lib.draw(arch, seed)
+    state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in values.items()}
+    model.load_state_dict(state, strict=True)
+    return model
 
 
 def parameters(model):
