@@ -298,3 +298,18 @@ def test_cli_rejects_bad_flags_before_writing(tmp_path):
         assert outcome["code"] != 0, flag
         assert message in outcome["output"], (flag, outcome["output"][-2000:])
         assert not (tmp_path / str(i)).exists(), flag
+
+
+def test_handbuilt_models_compute_the_shrunk_ones_and_are_timed():
+    from experiments.transformer_pruning import handbuilt, keras_arm
+
+    arch = keras_arm.Architecture(
+        layers=1, hidden=16, query_heads=4, kv_heads=4, ffn=24, context=8
+    )
+    results = handbuilt.run(
+        fractions=(0.5,), batches=(1,), rounds=1, arch=arch, threads=None
+    )
+    names = {name for (_, path, name) in results if path == "tensorflow"}
+    assert names == {"dense", "shrunk 50%", "hand-built 50%"}
+    assert all(ms > 0 and ratio > 0 for ms, ratio in results.values())
+    assert results[(1, "xla", "dense")][1] == 1.0

@@ -49,14 +49,25 @@ def _torch_models(arch, fraction, seed):
     return dense, pruned, built.eval()
 
 
-def run(fractions=(0.25, 0.5), batches=(16, 1), rounds=7, seed=0):
-    """Times dense, shrunk and hand-built models; returns `{(batch, path, name): (ms, ratio)}`."""
+def run(fractions=(0.25, 0.5), batches=(16, 1), rounds=7, seed=0, arch=None, threads=1):
+    """Times dense, shrunk and hand-built models; returns `{(batch, path, name): (ms, ratio)}`.
+
+    Each hand-built model is checked to compute the shrunk one's logits first.
+
+    Args:
+      arch: the `keras_arm.Architecture` (default: the experiment's).
+      threads: TensorFlow's intra- and inter-op threads, set first (None:
+        leave TensorFlow's, in a process that has already run it).
+    """
+    import numpy as np
+
     from experiments.common import latency
 
-    latency.set_tensorflow_threads(1, 1)
+    if threads is not None:
+        latency.set_tensorflow_threads(threads, threads)
     from experiments.transformer_pruning import corpus, keras_arm, timing, torch_arm
 
-    arch = keras_arm.Architecture()
+    arch = arch or keras_arm.Architecture()
     calibration = corpus.load().batches(1, 8, arch.context, seed)[0]
     dense = keras_arm.build(arch, seed)
     keras_models, torch_models = {"dense": dense}, {}
@@ -71,6 +82,10 @@ def run(fractions=(0.25, 0.5), batches=(16, 1), rounds=7, seed=0):
         backbone = type(shrunk.backbone).from_config(shrunk.backbone.get_config())
         built = type(shrunk)(backbone=backbone, preprocessor=None)
         built.set_weights(shrunk.get_weights())
+        tokens, _ = keras_arm.model_inputs(calibration[:1])
+        np.testing.assert_allclose(
+            np.asarray(built(tokens)), np.asarray(shrunk(tokens)), rtol=1e-5, atol=1e-5
+        )
         keras_models[f"shrunk {fraction:.0%}"] = shrunk
         keras_models[f"hand-built {fraction:.0%}"] = built
         if with_torch:
