@@ -180,9 +180,9 @@ def _cached(layer):
 def _signature(layer):
     """What a stock Keras layer's self-check depends on, or None.
 
-    The class (and its declaring function), the config without layer names, the
-    build shapes, the dtype policy and the trainable variables' names, shapes
-    and dtypes. Only for layers made of classes Keras defines, whose configs
+    The class (and the declaring functions of it and its sublayers), the
+    config without layer names, the build shapes, the dtype policy and the
+    trainable variables' names, shapes and dtypes. Only for layers made of classes Keras defines, whose configs
     are complete; a user's layer or cell (even inside a Keras wrapper) may
     hold state its config does not say, and a `Lambda` runs any function, so
     those are always checked.
@@ -203,7 +203,9 @@ def _signature(layer):
         (v.name, tuple(v.shape), str(v.dtype)) for v in layer.trainable_weights
     )
     policy = getattr(getattr(layer, "dtype_policy", None), "name", None)
-    return (lookup.declaring_function(cls), cls, text, repr(shapes), weights, policy)
+    # A wrapper's check reads its inner layers' declarations too.
+    declared = tuple(lookup.declaring_function(type(sub)) for sub in inner)
+    return (declared, cls, text, repr(shapes), weights, policy)
 
 
 def _nameless(config):
