@@ -12,6 +12,7 @@ Llama with fewer heads comes back as its exact Mistral twin).
 """
 
 import dataclasses
+import math
 
 import keras
 import keras_hub
@@ -87,6 +88,68 @@ def build(arch, seed, initial=True):
     return lm
 
 
+def _layouts(arch):
+    """`[(keras_hub path, Hugging Face name, transposed, heads)]`.
+
+    A transposed weight is an `nn.Linear`'s `(out, in)`: keras_hub holds its
+    transpose `(in, out)`. `heads`, where keras_hub splits the heads out, is
+    `(in axes, out axes)`: the kernel's shape is their concatenation.
+    """
+    head_dim = arch.hidden // arch.query_heads
+    out = [
+        ("token_embedding/embeddings", "model.embed_tokens.weight", False, None),
+        ("token_embedding/reverse_embeddings", "lm_head.weight", True, None),
+        ("sequence_output_layernorm/scale", "model.norm.weight", False, None),
+    ]
+    for i in range(arch.layers):
+        hf, k = f"model.layers.{i}.", f"transformer_layer_{i}/"
+        attention = k + "self_attention/"
+        out += [
+            (
+                attention + kernel + "/kernel",
+                hf + f"self_attn.{name}_proj.weight",
+                True,
+                ((arch.hidden,), (count, head_dim)),
+            )
+            for name, kernel, count in (
+                ("q", "query", arch.query_heads),
+                ("k", "key", arch.kv_heads),
+                ("v", "value", arch.kv_heads),
+            )
+        ]
+        out.append(
+            (
+                attention + "attention_output/kernel",
+                hf + "self_attn.o_proj.weight",
+                True,
+                ((arch.query_heads, head_dim), (arch.hidden,)),
+            )
+        )
+        out += [
+            (k + dense + "/kernel", hf + f"mlp.{name}_proj.weight", True, None)
+            for name, dense in (
+                ("gate", "feedforward_gate_dense"),
+                ("up", "feedforward_intermediate_dense"),
+                ("down", "feedforward_output_dense"),
+            )
+        ]
+        out += [
+            (
+                k + "self_attention_layernorm/scale",
+                hf + "input_layernorm.weight",
+                False,
+                None,
+            ),
+            (
+                k + "feedforward_layernorm/scale",
+                hf + "post_attention_layernorm.weight",
+                False,
+                None,
+            ),
+        ]
+    return out
+
+
 def keras_weights(hf_weights, arch):
     """Hugging Face Llama weights (`weights.draw`'s) as `{keras_hub variable path: array}`.
 
@@ -96,50 +159,10 @@ def keras_weights(hf_weights, arch):
     output projection is `reverse_embeddings`, `lm_head`'s transpose. (As
     keras_hub's own converter, `utils/transformers/convert_llama3.py`.)
     """
-    head_dim = arch.hidden // arch.query_heads
-
-    def heads(name, count):
-        return hf_weights[name].T.reshape(arch.hidden, count, head_dim)
-
-    out = {
-        "token_embedding/embeddings": hf_weights["model.embed_tokens.weight"],
-        "token_embedding/reverse_embeddings": hf_weights["lm_head.weight"].T,
-        "sequence_output_layernorm/scale": hf_weights["model.norm.weight"],
-    }
-    for i in range(arch.layers):
-        hf, k = f"model.layers.{i}.", f"transformer_layer_{i}/"
-        attention = k + "self_attention/"
-        out.update(
-            {
-                attention + "query/kernel": heads(
-                    hf + "self_attn.q_proj.weight", arch.query_heads
-                ),
-                attention + "key/kernel": heads(
-                    hf + "self_attn.k_proj.weight", arch.kv_heads
-                ),
-                attention + "value/kernel": heads(
-                    hf + "self_attn.v_proj.weight", arch.kv_heads
-                ),
-                attention + "attention_output/kernel": hf_weights[
-                    hf + "self_attn.o_proj.weight"
-                ].T.reshape(arch.query_heads, head_dim, arch.hidden),
-                k + "self_attention_layernorm/scale": hf_weights[
-                    hf + "input_layernorm.weight"
-                ],
-                k + "feedforward_gate_dense/kernel": hf_weights[
-                    hf + "mlp.gate_proj.weight"
-                ].T,
-                k + "feedforward_intermediate_dense/kernel": hf_weights[
-                    hf + "mlp.up_proj.weight"
-                ].T,
-                k + "feedforward_output_dense/kernel": hf_weights[
-                    hf + "mlp.down_proj.weight"
-                ].T,
-                k + "feedforward_layernorm/scale": hf_weights[
-                    hf + "post_attention_layernorm.weight"
-                ],
-            }
-        )
+    out = {}
+    for path, name, transposed, heads in _layouts(arch):
+        value = hf_weights[name].T if transposed else hf_weights[name]
+        out[path] = value if heads is None else value.reshape(heads[0] + heads[1])
     return out
 
 
@@ -158,33 +181,12 @@ def assign(lm, values):
 def hf_weights(lm, arch):
     """`lm`'s weights in Hugging Face's names and layout: `keras_weights` inverted."""
     values = {w.path: np.asarray(w) for w in lm.weights}
-    out = {
-        "model.embed_tokens.weight": values["token_embedding/embeddings"],
-        "lm_head.weight": values["token_embedding/reverse_embeddings"].T,
-        "model.norm.weight": values["sequence_output_layernorm/scale"],
-    }
-    for i in range(arch.layers):
-        hf, k = f"model.layers.{i}.", f"transformer_layer_{i}/"
-        attention = k + "self_attention/"
-        for name, kernel in (("q", "query"), ("k", "key"), ("v", "value")):
-            out[hf + f"self_attn.{name}_proj.weight"] = (
-                values[attention + kernel + "/kernel"].reshape(arch.hidden, -1).T
-            )
-        out[hf + "self_attn.o_proj.weight"] = (
-            values[attention + "attention_output/kernel"].reshape(-1, arch.hidden).T
-        )
-        for name, dense in (
-            ("gate", "feedforward_gate_dense"),
-            ("up", "feedforward_intermediate_dense"),
-            ("down", "feedforward_output_dense"),
-        ):
-            out[hf + f"mlp.{name}_proj.weight"] = values[k + dense + "/kernel"].T
-        out[hf + "input_layernorm.weight"] = values[
-            k + "self_attention_layernorm/scale"
-        ]
-        out[hf + "post_attention_layernorm.weight"] = values[
-            k + "feedforward_layernorm/scale"
-        ]
+    out = {}
+    for path, name, transposed, heads in _layouts(arch):
+        value = values[path]
+        if heads is not None:
+            value = value.reshape(math.prod(heads[0]), math.prod(heads[1]))
+        out[name] = value.T if transposed else value
     return {name: np.ascontiguousarray(value) for name, value in out.items()}
 
 
