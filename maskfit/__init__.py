@@ -17,6 +17,11 @@ from maskfit import support as _support
 # here, naming the ones it runs on, rather than somewhere inside `fit`.
 _support.check_backend()
 
+# Module paths of earlier releases keep working for one release (`moved.MOVED`).
+from maskfit import moved as _moved
+
+_moved.install()
+
 from maskfit import backend as _backend
 from maskfit import distribute, layers, pruning, sparse, structured
 from maskfit.apply import apply_gradients

@@ -54,6 +54,10 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
+        "backends(*names): the Keras backends the test runs under (default: tensorflow)",
+    )
+    config.addinivalue_line(
+        "markers",
         "fused_too: also run the `mode` test in graph mode with a fused update",
     )
     config.addinivalue_line(

@@ -15,7 +15,8 @@ import structured_models as models
 import tensorflow as tf
 
 import maskfit
-from maskfit import mask_rules, paths
+from maskfit import paths
+from maskfit.spec import rules as mask_rules
 from maskfit import model as model_lib
 from maskfit.optim import traits
 from maskfit.structured import unit_choice
