@@ -275,24 +275,20 @@ def test_register_coupling_for_a_subclass_of_a_keras_layer():
 def test_the_docstring_examples_run():
     import doctest
 
-    from maskfit.structured import (
-        couplings,
-        importance,
-        shrinking,
-        sizes,
-        structured,
-        unit_choice,
-        unit_graph,
-    )
+    from maskfit.kinds.couplings import base, lookup
+    from maskfit.structured import prune, shrinking, sizes
+    from maskfit.structured.graph import dependency
+    from maskfit.structured.scoring import choice, importance
 
     for module in (
-        couplings,
+        base,
+        lookup,
         importance,
         shrinking,
         sizes,
-        structured,
-        unit_choice,
-        unit_graph,
+        prune,
+        choice,
+        dependency,
     ):
         results = doctest.testmod(module)
         assert results.attempted and not results.failed, module.__name__

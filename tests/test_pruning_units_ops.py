@@ -272,14 +272,14 @@ def test_a_branch_joined_to_a_stream_keeps_a_unit_in_fit(mode):
 
 
 def test_an_op_whose_coupling_fails_keeps_its_units_and_says_why(monkeypatch):
-    from maskfit.kinds import record
+    from maskfit import records
     from maskfit.structured import couplings_ops
 
     class Broken(pruning.Coupling):
         def couple(self, call, graph):
             raise IndexError("an argument it did not expect")
 
-    monkeypatch.setitem(record._BUILTIN_OPS, "Add", couplings_ops.Guarded(Broken()))
+    monkeypatch.setitem(records._BUILTIN_OPS, "Add", couplings_ops.Guarded(Broken()))
     x = keras.Input((4,))
     h = L.Dense(8, name="hidden")(x) + 1.0
     model = models.functional(x, L.Dense(2, name="head")(L.Dense(6, name="d")(h)))

@@ -10,9 +10,9 @@ channels are joined); ConvNeXt scales each channel of a block's output with
 import numpy as np
 
 from maskfit import internals
-from maskfit.kinds.record import NO_WEIGHTS, LayerKind
-from maskfit.structured import couplings_passing
-from maskfit.structured.couplings import Coupling, UnitCoupling
+from maskfit.kinds.couplings.base import Coupling, UnitCoupling
+from maskfit.kinds.reshaping import Merge
+from maskfit.records import NO_WEIGHTS, LayerKind
 
 __all__ = ["KINDS"]
 
@@ -35,7 +35,7 @@ class _LayerScale(Coupling):
 
 
 _COUPLINGS = {
-    "CustomScaleLayer": couplings_passing.Merge(),
+    "CustomScaleLayer": Merge(),
     "LayerScale": _LayerScale(),
 }
 

@@ -7,6 +7,7 @@ and `tests/test_pruning_units_shrink.py` check it against the layer's real
 gradients and against every class `keras.layers` exports.
 """
 
+from maskfit import records
 from maskfit.kinds import (
     applications,
     attention,
@@ -15,10 +16,10 @@ from maskfit.kinds import (
     elementwise,
     normalization,
     ops,
-    record,
     recurrent,
     refused,
     reshaping,
+    wrappers,
 )
 
 __all__ = ["FAMILIES", "KINDS", "install"]
@@ -30,6 +31,7 @@ FAMILIES = (
     elementwise,
     reshaping,
     recurrent,
+    wrappers,
     attention,
     refused,
     applications,
@@ -54,5 +56,5 @@ KINDS = _merged()
 
 def install():
     """Installs `KINDS` (and the `keras.ops` couplings) as the built-in records."""
-    record.install(KINDS)
-    record.install_ops(ops.OPS)
+    records.install(KINDS)
+    records.install_ops(ops.OPS)

@@ -1,10 +1,15 @@
-"""What several families' output-unit declarations share.
+"""What several families' records share: unit declarations and multiply-accumulates.
 
 Declarations are functions `layer -> maskfit.OutputUnits` of a built layer
 (`maskfit.units.declaration`); these helpers read what they need from the
-layer's config and build config, and refuse what cannot be declared.
+layer's config and build config, and refuse what cannot be declared. The
+`macs` of a record count one call's multiply-accumulates per example from the
+layer's weights and the call's shapes (`maskfit.structured.size_report`).
 """
 
+import numpy as np
+
+from maskfit import records
 from maskfit.internals import versions
 from maskfit.units import probe as probe_lib
 from maskfit.units.declaration import SHARED, refusal
@@ -12,12 +17,17 @@ from maskfit.units.declaration import SHARED, refusal
 __all__ = [
     "channel_axis",
     "check_channels_first_bias",
+    "count",
     "lora",
+    "macs_of",
     "negative",
     "no_quantization",
+    "outputs",
     "present",
     "rank",
     "refused",
+    "size",
+    "weight",
 ]
 
 
@@ -89,3 +99,40 @@ def refused(reason):
         raise refusal(layer, reason)
 
     return declare
+
+
+# What the records' multiply-accumulates (`macs`) share.
+
+
+def count(shape):
+    """Entries per example of a tensor of `shape` (its batch axis left out)."""
+    return int(np.prod([1 if d is None else d for d in shape[1:]], dtype=np.int64))
+
+
+def outputs(output_shapes):
+    """Entries per example of a call's first output (0 without outputs)."""
+    return count(output_shapes[0]) if output_shapes else 0
+
+
+def weight(layer, name):
+    """The variable of `layer` called `name`, or None."""
+    return next((v for v in layer.weights if v.name == name), None)
+
+
+def size(variable):
+    """The number of entries of `variable` (0 for None)."""
+    return 0 if variable is None else int(np.prod(variable.shape, dtype=np.int64))
+
+
+def macs_of(layer, input_shapes, output_shapes):
+    """Multiply-accumulates of one call of `layer`, per example (batch of 1).
+
+    Counted for the layers with weight products (dense, einsum, convolutions
+    and their transposes, depthwise and separable, recurrent, attention,
+    wrappers: the `macs` of their records, `maskfit.kinds`); normalization,
+    activations, pooling and merges count 0, as do embeddings (a lookup).
+    """
+    kind = records.builtin(type(layer))
+    if kind is None or kind.macs is None:
+        return 0
+    return kind.macs(layer, input_shapes, output_shapes)

@@ -12,14 +12,46 @@ whole where this Keras adds its bias on the wrong axis
 
 import math
 
+import numpy as np
+
 from maskfit.kinds import common
-from maskfit.kinds.record import NO_WEIGHTS, LayerKind, Prunable
-from maskfit.structured import couplings_keras as couplings
-from maskfit.structured import sizes
+from maskfit.kinds.couplings.base import Coupling
+from maskfit.kinds.couplings.calls import TensorUnits
+from maskfit.kinds.couplings.parts import (
+    no_units,
+    read_units,
+    variable,
+)
+from maskfit.kinds.couplings.producer import (
+    Producer,
+    avoid_bias_on_last_axis,
+    conv_axis,
+)
+from maskfit.records import NO_WEIGHTS, LayerKind, Prunable
 from maskfit.units.declaration import SHARED, OutputUnits, units_along
 from maskfit.units.keras_layers import LAYERS as L
 
-__all__ = ["KINDS"]
+__all__ = ["Depthwise", "KINDS"]
+
+
+# The coupling of depthwise convolutions (the others are `Producer`s).
+
+
+class Depthwise(Coupling):
+    """Each input channel and its `depth_multiplier` outputs go together."""
+
+    def couple(self, call, graph):
+        layer = call.layer
+        axis = conv_axis(layer)
+        ids = read_units(call, graph, call.inputs[0], axis)
+        if ids is None:
+            return [no_units(layer, "has an input of unknown channels")]
+        repeated = np.repeat(ids, layer.depth_multiplier)
+        avoid_bias_on_last_axis(graph, call, repeated)
+        graph.slice(layer, variable(layer, "kernel"), -2, ids)
+        if variable(layer, "bias") is not None:
+            graph.slice(layer, variable(layer, "bias"), 0, repeated, scored=False)
+        return [TensorUnits(axis, repeated, call.inputs[0].reason)]
 
 
 def _conv(layer):
@@ -66,25 +98,25 @@ def _separable(layer):
 
 
 def _conv_macs(layer, input_shapes, output_shapes):
-    kernel = sizes.weight(layer, "kernel")
-    return sizes.outputs(output_shapes) * sizes.size(kernel) // kernel.shape[-1]
+    kernel = common.weight(layer, "kernel")
+    return common.outputs(output_shapes) * common.size(kernel) // kernel.shape[-1]
 
 
 def _transpose_macs(layer, input_shapes, output_shapes):
-    kernel = sizes.weight(layer, "kernel")
-    return sizes.count(input_shapes[0]) * sizes.size(kernel) // kernel.shape[-1]
+    kernel = common.weight(layer, "kernel")
+    return common.count(input_shapes[0]) * common.size(kernel) // kernel.shape[-1]
 
 
 def _depthwise_macs(layer, input_shapes, output_shapes):
-    kernel = sizes.weight(layer, "kernel")
-    return sizes.outputs(output_shapes) * math.prod(kernel.shape[:-2])
+    kernel = common.weight(layer, "kernel")
+    return common.outputs(output_shapes) * math.prod(kernel.shape[:-2])
 
 
 def _separable_macs(layer, input_shapes, output_shapes):
-    depthwise = sizes.weight(layer, "depthwise_kernel")
-    pointwise = sizes.weight(layer, "pointwise_kernel")
-    positions = sizes.outputs(output_shapes) // pointwise.shape[-1]
-    return positions * (sizes.size(depthwise) + sizes.size(pointwise))
+    depthwise = common.weight(layer, "depthwise_kernel")
+    pointwise = common.weight(layer, "pointwise_kernel")
+    positions = common.outputs(output_shapes) // pointwise.shape[-1]
+    return positions * (common.size(depthwise) + common.size(pointwise))
 
 
 def _filters(layer):
@@ -94,11 +126,11 @@ def _filters(layer):
 _CONV = LayerKind(
     units=_conv,
     prunable=Prunable(("kernel",)),
-    coupling=couplings.Producer(
+    coupling=Producer(
         {"kernel": (-2, 1)},
         {"kernel": (-1, 1), "bias": (0, 1)},
         "filters",
-        couplings.conv_axis,
+        conv_axis,
     ),
     config_units=_filters,
     macs=_conv_macs,
@@ -107,11 +139,11 @@ _TRANSPOSE = LayerKind(
     units=_conv_transpose,
     # Not in TF-MOT for 1D; its 2D and 3D siblings are.
     prunable=Prunable(("kernel",)),
-    coupling=couplings.Producer(
+    coupling=Producer(
         {"kernel": (-1, 1)},
         {"kernel": (-2, 1), "bias": (0, 1)},
         "filters",
-        couplings.conv_axis,
+        conv_axis,
     ),
     config_units=_filters,
     macs=_transpose_macs,
@@ -119,17 +151,17 @@ _TRANSPOSE = LayerKind(
 _DEPTHWISE = LayerKind(
     units=_depthwise,
     prunable=NO_WEIGHTS,  # TF-MOT: depthwise kernels are not pruned.
-    coupling=couplings.Depthwise(),
+    coupling=Depthwise(),
     macs=_depthwise_macs,
 )
 _SEPARABLE = LayerKind(
     units=_separable,
     prunable=Prunable(("pointwise_kernel",)),
-    coupling=couplings.Producer(
+    coupling=Producer(
         {"depthwise_kernel": (-2, 1), "pointwise_kernel": (-2, "multiplier")},
         {"pointwise_kernel": (-1, 1), "bias": (0, 1)},
         "filters",
-        couplings.conv_axis,
+        conv_axis,
     ),
     config_units=_filters,
     macs=_separable_macs,

@@ -9,15 +9,78 @@ columns and the input rows that read a removed channel (`Producer`).
 import re
 
 from maskfit.kinds import common
-from maskfit.kinds.record import LayerKind, Prunable
-from maskfit.structured import couplings_keras as couplings
-from maskfit.structured import sizes
-from maskfit.structured.couplings import Refused
+from maskfit.kinds.couplings.base import Refused
+from maskfit.kinds.couplings.calls import TensorUnits
+from maskfit.kinds.couplings.parts import (
+    own_units,
+    read_units,
+    unsupported,
+    variable,
+)
+from maskfit.kinds.couplings.producer import (
+    Producer,
+)
+from maskfit.records import LayerKind, Prunable
 from maskfit.units import probe as probe_lib
 from maskfit.units.declaration import SHARED, OutputUnits, units_along
 from maskfit.units.keras_layers import LAYERS as L
 
-__all__ = ["KINDS"]
+__all__ = ["EinsumDense", "KINDS"]
+
+
+# The coupling of EinsumDense (Dense and Embedding make units as a `Producer`).
+
+
+class EinsumDense(Producer):
+    """EinsumDense with one contracted input letter and one own output letter."""
+
+    def __init__(self):
+        super().__init__({}, {}, "output_shape")
+
+    def couple(self, call, graph):
+        layer = call.layer
+        problem = unsupported(layer)
+        spec = re.match(
+            r"^(\.\.\.)?(\w+)(\.\.\.)?,(\w+)->(\.\.\.)?(\w+)(\.\.\.)?$",
+            layer.equation.replace(" ", ""),
+        )
+        if problem is None and (spec is None or spec.group(3) or spec.group(7)):
+            problem = (
+                f"has equation '{layer.equation}', with no last input and output letter"
+            )
+        if problem:
+            return graph.refuse(layer, call.inputs, problem)
+        source, weight, target = spec.group(2), spec.group(4), spec.group(6)
+        kernel = variable(layer, "kernel")
+        read, own = source[-1], target[-1]
+        if own in source or own not in weight:
+            return graph.refuse(
+                layer, call.inputs, f"takes output letter '{own}' from its input"
+            )
+        if read in weight and read not in target:
+            ids = read_units(call, graph, call.inputs[0], -1)
+            if ids is not None:
+                graph.slice(layer, kernel, weight.index(read), ids)
+        else:
+            graph.fix(
+                call.inputs[0].ids,
+                f"read by '{layer.name}' without a kernel axis of its own",
+            )
+        slices = {"kernel": (weight.index(own), 1)}
+        bias_axes = layer.bias_axes or ""
+        if own in bias_axes:
+            first = min(target.find(c) for c in bias_axes)
+            slices["bias"] = (target[first:].index(own), 1)
+        space = own_units(graph, layer, kernel.shape[weight.index(own)], slices)
+        return [TensorUnits(-1, space.ids)]
+
+    def shrink_config(self, layer, config, shrunk):
+        shape = config["output_shape"]
+        count = shrunk.count(layer)
+        config["output_shape"] = (
+            count if isinstance(shape, int) else [*shape[:-1], count]
+        )
+        return config
 
 
 def _dense(layer):
@@ -89,22 +152,22 @@ def _einsum_dense(layer):
 
 
 def _dense_macs(layer, input_shapes, output_shapes):
-    return sizes.outputs(output_shapes) * sizes.weight(layer, "kernel").shape[0]
+    return common.outputs(output_shapes) * common.weight(layer, "kernel").shape[0]
 
 
 def _einsum_macs(layer, input_shapes, output_shapes):
-    kernel = sizes.weight(layer, "kernel")
+    kernel = common.weight(layer, "kernel")
     if kernel is None:
         return 0
     own = kernel.shape[-1]
-    return sizes.outputs(output_shapes) * sizes.size(kernel) // max(own, 1)
+    return common.outputs(output_shapes) * common.size(kernel) // max(own, 1)
 
 
 KINDS = {
     L.Dense: LayerKind(
         units=_dense,
         prunable=Prunable(("kernel",)),
-        coupling=couplings.Producer(
+        coupling=Producer(
             {"kernel": (0, 1)}, {"kernel": (-1, 1), "bias": (0, 1)}, "units"
         ),
         config_units=lambda layer: layer.units,
@@ -114,13 +177,13 @@ KINDS = {
         units=_einsum_dense,
         # Keras 3: TF-MOT prunes these inside MultiHeadAttention.
         prunable=Prunable(("kernel",)),
-        coupling=couplings.EinsumDense(),
+        coupling=EinsumDense(),
         macs=_einsum_macs,
     ),
     L.Embedding: LayerKind(
         units=_embedding,
         prunable=Prunable(("embeddings",)),
-        coupling=couplings.Producer({}, {"embeddings": (-1, 1)}, "output_dim"),
+        coupling=Producer({}, {"embeddings": (-1, 1)}, "output_dim"),
         config_units=lambda layer: layer.output_dim,
     ),
     L.ReversibleEmbedding: LayerKind(

@@ -8,12 +8,60 @@ over the last axis), whose units stay.
 
 import numpy as np
 
-from maskfit.kinds.record import NO_WEIGHTS, LayerKind
-from maskfit.structured import couplings_keras, couplings_passing
+from maskfit.kinds.common import negative
+from maskfit.kinds.couplings.base import Coupling
+from maskfit.kinds.couplings.parts import (
+    variable,
+)
+from maskfit.records import NO_WEIGHTS, LayerKind
 from maskfit.units.declaration import SHARED, OutputUnits, units_along
 from maskfit.units.keras_layers import LAYERS as L
 
-__all__ = ["KINDS"]
+__all__ = ["activation_mixes", "Elementwise", "KINDS", "PReLU"]
+
+
+# The couplings of the element-wise layers.
+
+
+class PReLU(Coupling):
+    """A slope per channel (or one shared along the unit axis)."""
+
+    def couple(self, call, graph):
+        layer, source = call.layer, call.inputs[0]
+        alpha = variable(layer, "alpha")
+        if source.ids is not None and alpha.shape[source.axis] == len(source.ids):
+            graph.slice(layer, alpha, source.axis, source.ids)
+        return [source]
+
+
+class Elementwise(Coupling):
+    """Channel `c` stays channel `c`, and no channel reaches another.
+
+    Args:
+      mixes: `layer -> axis or None`: an axis along which the layer mixes
+        positions (softmax, a mask over the last axis); units on it stay.
+      why: what the mixing is, for `explain`.
+    """
+
+    def __init__(self, mixes=lambda layer: None, why=""):
+        self.mixes, self.why = mixes, why
+
+    def couple(self, call, graph):
+        source = call.inputs[0]
+        axis = self.mixes(call.layer)
+        if source.ids is not None and axis is not None:
+            if negative(axis, len(call.input_shape())) == source.axis:
+                graph.fix(source.ids, f"read by '{call.layer.name}', which {self.why}")
+        return [source] * call.num_outputs
+
+
+_MIXING = {"softmax", "log_softmax", "sparsemax", "glu"}
+
+
+def activation_mixes(layer):
+    """-1 for an activation that mixes the last axis (softmax, or unknown), else None."""
+    name = getattr(layer.activation, "__name__", None)
+    return -1 if name in _MIXING or name is None else None
 
 
 def _prelu(layer):
@@ -25,17 +73,15 @@ def _prelu(layer):
 
 
 def _passes(mixes=None, why=""):
-    elementwise = couplings_passing.Elementwise
+    elementwise = Elementwise
     coupling = elementwise() if mixes is None else elementwise(mixes, why)
     return LayerKind(prunable=NO_WEIGHTS, coupling=coupling)
 
 
 KINDS = {
-    L.PReLU: LayerKind(
-        units=_prelu, prunable=NO_WEIGHTS, coupling=couplings_keras.PReLU()
-    ),
+    L.PReLU: LayerKind(units=_prelu, prunable=NO_WEIGHTS, coupling=PReLU()),
     L.Activation: _passes(
-        couplings_passing.activation_mixes,
+        activation_mixes,
         "mixes channels in its activation (or an unknown one)",
     ),
     L.Softmax: _passes(lambda layer: layer.axis, "takes a softmax over them"),

@@ -1,9 +1,9 @@
-"""The recurrent layers, their cells, StackedRNNCells, Bidirectional, TimeDistributed.
+"""The recurrent layers, their cells and StackedRNNCells.
 
 For recurrent layers an entry belongs to unit `u` when it affects unit `u`
 and no other unit in one cell step; the self-check probes the cell for one
-step from random previous states. `Bidirectional` and `TimeDistributed`
-take their inner layers' declarations, shifted and re-axed. Magnitude
+step from random previous states (`maskfit.kinds.wrappers` has
+`Bidirectional` and `TimeDistributed`, which take these). Magnitude
 pruning prunes the cells' kernels and recurrent kernels (TF-MOT), reached
 through the layers that hold them. Structured pruning removes a unit's
 columns in every gate block and its recurrent row (SimpleRNN, LSTM, GRU;
@@ -15,16 +15,103 @@ import numpy as np
 
 from maskfit import internals
 from maskfit.kinds import common
-from maskfit.kinds.record import CONTAINER, LayerKind, Prunable
-from maskfit.structured import couplings_sequence as couplings
-from maskfit.structured import sizes
-from maskfit.structured.couplings import Refused
+from maskfit.kinds.couplings.base import Coupling, Refused
+from maskfit.kinds.couplings.calls import TensorUnits
+from maskfit.kinds.couplings.parts import (
+    check_own,
+    variable,
+)
+from maskfit.records import CONTAINER, LayerKind, Prunable
 from maskfit.units import lookup
 from maskfit.units import probe as probe_lib
-from maskfit.units.declaration import SHARED, OutputUnits, refusal, units_along
+from maskfit.units.declaration import SHARED, OutputUnits, units_along
 from maskfit.units.keras_layers import LAYERS as L
 
-__all__ = ["GATES", "KINDS"]
+__all__ = ["GATES", "KINDS", "Recurrent", "rnn_problem", "rnn_units"]
+
+
+# The couplings of the recurrent layers and their wrappers.
+
+
+def rnn_units(graph, layer, source, gates):
+    """Slices an RNN layer's cell for its units and input; returns its space.
+
+    `source` is the units of the input sequence (read along its last axis);
+    `gates` maps each coupled cell class to its kernels' gate blocks.
+    """
+    cell = layer.cell
+    blocks = gates[type(cell)]
+    space = graph.new_space(layer, "units", cell.units)
+    ids = source.ids if source.ids is not None and source.axis == -1 else None
+    if source.ids is not None and ids is None:
+        graph.fix(
+            source.ids, f"read by '{layer.name}' along the last axis, not {source.axis}"
+        )
+    gates = np.tile(space.ids, blocks)
+    owned = {}
+    for name in ("kernel", "recurrent_kernel", "bias"):
+        var = variable(cell, name)
+        if var is None:
+            continue
+        graph.slice(layer, var, -1, gates, scored=name != "bias")
+        owned[id(var)] = (len(var.shape) - 1, gates)
+    if ids is not None:
+        graph.slice(layer, variable(cell, "kernel"), 0, ids)
+    graph.slice(layer, variable(cell, "recurrent_kernel"), 0, space.ids)
+    check_own(graph, layer, space, owned)
+    return space
+
+
+def rnn_problem(layer, gates):
+    if type(layer.cell) not in gates:
+        return (
+            f"runs a {type(layer.cell).__name__} cell; only SimpleRNN, LSTM and"
+            " GRU cells are coupled"
+        )
+    if layer.stateful:
+        return "is stateful: its states outlive a call"
+    return None
+
+
+class Recurrent(Coupling):
+    """SimpleRNN, LSTM, GRU and RNN over one of their cells.
+
+    Args:
+      gates: `{cell class: number of gate blocks in its kernels}`, the cells
+        it couples.
+    """
+
+    def __init__(self, gates):
+        self.gates = gates
+
+    def couple(self, call, graph):
+        layer = call.layer
+        problem = rnn_problem(layer, self.gates)
+        if problem:
+            return graph.refuse(layer, call.inputs, problem, call.num_outputs)
+        source = call.units[id(call.call.inputs[0])]
+        space = rnn_units(graph, layer, source, self.gates)
+        states = call.call.arguments.get("initial_state")
+        for tensor in keras.tree.flatten(states) if states is not None else ():
+            if isinstance(tensor, keras.KerasTensor):
+                units = call.units[id(tensor)]
+                graph.join(
+                    space.ids,
+                    units.ids
+                    if units.axis == -1 and units.ids is not None
+                    else np.full(space.size, -1),
+                    f"an initial state of '{layer.name}' whose channels stay",
+                )
+        return [TensorUnits(-1, space.ids)] * call.num_outputs
+
+    def shrink_config(self, layer, config, shrunk):
+        count = shrunk.count(layer)
+        if "units" in config:
+            config["units"] = count
+        else:
+            config["cell"]["config"]["units"] = count
+        return config
+
 
 # The gate blocks side by side in each cell's kernels, for structured pruning.
 GATES = {L.SimpleRNNCell: 1, L.LSTMCell: 4, L.GRUCell: 3}
@@ -114,95 +201,11 @@ def _rnn(layer):
     return OutputUnits(inner.units, inner.pairs(cell), segments, probes=[probe])
 
 
-def _shift(pairs, units, by):
-    if units == 1:  # the whole inner layer belongs to its one unit
-        return [(v, units_along((), offset=by)) for v, _ in pairs]
-    return [(v, o if o is SHARED else o.shifted(by)) for v, o in pairs]
-
-
-def _shift_segments(segments, by):
-    return tuple(
-        None if s is None else (s[0], s[1] + by, None if s[2] is None else s[2] + by)
-        for s in segments
-    )
-
-
-def _bidirectional(layer):
-    forward, backward = layer.forward_layer, layer.backward_layer
-    fwd, bwd = lookup.output_units_of(forward), lookup.output_units_of(backward)
-    axis = fwd.outputs[0][0]
-    merge = layer.merge_mode
-    if merge == "concat" and axis != -1:
-        # Concatenated along the last axis, which is not the unit axis (a
-        # channels_first ConvLSTM): unit u of each direction lands in unit u
-        # of the merged output, as with "sum".
-        merge = "side by side"
-    if merge in ("concat", None):
-        units, offset = fwd.units + bwd.units, fwd.units
-    else:
-        if fwd.units != bwd.units:
-            raise refusal(layer, "its two directions have different numbers of units")
-        units, offset = fwd.units, 0
-    pairs = _shift(fwd.pairs(forward), fwd.units, 0) + _shift(
-        bwd.pairs(backward), bwd.units, offset
-    )
-    fwd_states, bwd_states = fwd.outputs[1:], _shift_segments(bwd.outputs[1:], offset)
-    if merge == "concat":
-        main = ((axis, 0, units),)
-    elif merge is None:
-        main = (fwd.outputs[0],) + _shift_segments(bwd.outputs[:1], offset)
-    else:
-        main = ((axis, 0, units),)
-    segments = main + ((fwd_states + bwd_states) if layer.return_state else ())
-    probes = [
-        p._replace(outputs=_shift_segments(p.outputs, shift))
-        for declared, inner, shift in ((fwd, forward, 0), (bwd, backward, offset))
-        for p in declared.probes_for(inner)
-    ]
-    return OutputUnits(units, pairs, segments, probes=probes)
-
-
-def _time_distributed(layer):
-    inner_layer = layer.layer
-    inner = lookup.output_units_of(inner_layer)
-    segments = tuple(
-        None if s is None else (s[0] + 1 if s[0] >= 0 else s[0], *s[1:])
-        for s in inner.outputs
-    )
-    return OutputUnits(
-        inner.units,
-        inner.pairs(inner_layer),
-        segments,
-        probes=inner.probes_for(inner_layer),
-    )
-
-
-def _bidirectional_units(layer):
-    inner = lookup.units_from_config(layer.forward_layer)
-    if inner is None:
-        return None
-    return 2 * inner if layer.merge_mode in ("concat", None) else inner
-
-
 def _rnn_macs(layer, input_shapes, output_shapes):
     steps = input_shapes[0][1] or 1
     cell = layer.cell
     kernels = ("kernel", "recurrent_kernel")
-    return steps * sum(sizes.size(sizes.weight(cell, n)) for n in kernels)
-
-
-def _bidirectional_macs(layer, input_shapes, output_shapes):
-    return sum(
-        sizes.macs_of(inner, input_shapes, output_shapes)
-        for inner in (layer.forward_layer, layer.backward_layer)
-    )
-
-
-def _time_distributed_macs(layer, input_shapes, output_shapes):
-    steps = input_shapes[0][1] or 1
-    inner_in = [tuple(s[:1]) + tuple(s[2:]) for s in input_shapes]
-    inner_out = [tuple(s[:1]) + tuple(s[2:]) for s in output_shapes]
-    return steps * sizes.macs_of(layer.layer, inner_in, inner_out)
+    return steps * sum(common.size(common.weight(cell, n)) for n in kernels)
 
 
 _CELL = "is a recurrent cell; its RNN layer is coupled instead"
@@ -214,7 +217,7 @@ def _layer(config_units=None, macs=_rnn_macs, coupling=None):
     return LayerKind(
         units=_rnn,
         prunable=CONTAINER,
-        coupling=coupling or couplings.Recurrent(GATES),
+        coupling=coupling or Recurrent(GATES),
         config_units=config_units,
         macs=macs,
     )
@@ -240,18 +243,4 @@ KINDS = {
     L.ConvLSTM1D: _layer(macs=None, coupling=Refused(_CONV_LSTM)),
     L.ConvLSTM2D: _layer(macs=None, coupling=Refused(_CONV_LSTM)),
     L.ConvLSTM3D: _layer(macs=None, coupling=Refused(_CONV_LSTM)),
-    L.Bidirectional: LayerKind(
-        units=_bidirectional,
-        prunable=CONTAINER,
-        coupling=couplings.Bidirectional(GATES),
-        config_units=_bidirectional_units,
-        macs=_bidirectional_macs,
-    ),
-    L.TimeDistributed: LayerKind(
-        units=_time_distributed,
-        prunable=CONTAINER,
-        coupling=couplings.TimeDistributed(),
-        config_units=lambda layer: lookup.units_from_config(layer.layer),
-        macs=_time_distributed_macs,
-    ),
 }

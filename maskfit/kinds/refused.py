@@ -9,8 +9,8 @@ prunes or couples is its own `call`, so they have no pruning record.
 """
 
 from maskfit.kinds import common
-from maskfit.kinds.record import CONTAINER, NO_WEIGHTS, LayerKind, Unsupported
-from maskfit.structured.couplings import Refused
+from maskfit.kinds.couplings.base import Refused
+from maskfit.records import CONTAINER, NO_WEIGHTS, LayerKind, Unsupported
 from maskfit.units.keras_layers import LAYERS as L
 
 __all__ = ["KINDS"]

@@ -3,7 +3,7 @@
 What each built-in class prunes is the `prunable` field of its record
 (`maskfit.kinds`: TF-MOT's kernels and embeddings, never biases or
 normalization parameters); a layer's own `get_prunable_weights()` comes
-first, in maskfit's one lookup order (`maskfit.kinds.record.Lookup`).
+first, in maskfit's one lookup order (`maskfit.records.Lookup`).
 """
 
 import abc
@@ -11,8 +11,7 @@ import collections
 
 import keras
 
-from maskfit import internals
-from maskfit.kinds import record
+from maskfit import internals, records
 from maskfit.units.keras_layers import LAYERS as L
 
 __all__ = [
@@ -23,7 +22,7 @@ __all__ = [
     "prunable_weights",
 ]
 
-_LOOKUP = record.Lookup("prunable", "get_prunable_weights")
+_LOOKUP = records.Lookup("prunable", "get_prunable_weights")
 
 
 def _direct_sublayers(layer):
@@ -103,14 +102,14 @@ def classify(layer_class):
     'none'
     """
     prunable = _LOOKUP.builtin(layer_class)
-    if isinstance(prunable, record.Prunable):
+    if isinstance(prunable, records.Prunable):
         optional = tuple(f"[{n}]" for n in prunable.optional)
         return RegistryEntry("prunable", prunable.weights + optional, "")
-    if prunable == record.CONTAINER:
+    if prunable == records.CONTAINER:
         return RegistryEntry("container", (), "")
-    if prunable == record.NO_WEIGHTS:
+    if prunable == records.NO_WEIGHTS:
         return RegistryEntry("none", (), "")
-    if isinstance(prunable, record.Unsupported):
+    if isinstance(prunable, records.Unsupported):
         return RegistryEntry("unsupported", (), prunable.reason)
     return RegistryEntry("custom", (), "")
 

@@ -5,17 +5,15 @@ import copy
 import keras
 import numpy as np
 
+from maskfit.kinds.couplings.lookup import coupling_of
 from maskfit.spec import rules as rules_lib
-from maskfit.structured import couplings as couplings_lib
-from maskfit.structured import (
-    couplings_hub,
-    hub_shrink,
-    hub_stock,
-    keras_graph,
-    unit_graph,
-    unit_rule,
-)
-from maskfit.structured import structured as prune_units_lib
+from maskfit.structured import prune as prune_units_lib
+from maskfit.structured import rule as unit_rule
+from maskfit.structured.graph import dependency as unit_graph
+from maskfit.structured.graph import keras_graph
+from maskfit.structured.hub import couplings as couplings_hub
+from maskfit.structured.hub import shrink as hub_shrink
+from maskfit.structured.hub import stock as hub_stock
 
 __all__ = ["shrink"]
 
@@ -125,7 +123,7 @@ def _new_layer(layer, shrunk):
     if not isinstance(layer, keras.layers.Layer):
         return _new_operation(layer, shrunk)
     config = copy.deepcopy(hub_shrink.config_of(layer))
-    coupling = couplings_lib.coupling_of(layer)
+    coupling = coupling_of(layer)
     if isinstance(coupling, couplings_hub.HubBlock):
         new = coupling.rebuild(layer, _unbuilt(config), shrunk)
         return hub_stock.StockBlock(layer, shrunk, coupling) if new is None else new
@@ -143,7 +141,7 @@ def _new_operation(operation, shrunk):
         config = copy.deepcopy(operation.get_config())
     except Exception:  # noqa: BLE001 - no config: nothing of it to cut
         return operation
-    coupling = couplings_lib.coupling_of(operation)
+    coupling = coupling_of(operation)
     return type(operation).from_config(
         coupling.shrink_config(operation, config, shrunk)
     )

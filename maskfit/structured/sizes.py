@@ -2,12 +2,10 @@
 
 from typing import NamedTuple
 
-import numpy as np
+from maskfit.kinds.common import macs_of, size
+from maskfit.structured.graph import keras_graph
 
-from maskfit.kinds import record
-from maskfit.structured import keras_graph
-
-__all__ = ["LayerSize", "SizeReport", "macs_of", "size_report"]
+__all__ = ["LayerSize", "SizeReport", "size_report"]
 
 
 class LayerSize(NamedTuple):
@@ -96,40 +94,6 @@ class SizeReport(NamedTuple):
             if number in (0, len(cells) - 2):
                 lines.append("-" * len(lines[0]))
         return "\n".join(lines)
-
-
-def count(shape):
-    """Entries per example of a tensor of `shape` (its batch axis left out)."""
-    return int(np.prod([1 if d is None else d for d in shape[1:]], dtype=np.int64))
-
-
-def outputs(output_shapes):
-    """Entries per example of a call's first output (0 without outputs)."""
-    return count(output_shapes[0]) if output_shapes else 0
-
-
-def weight(layer, name):
-    """The variable of `layer` called `name`, or None."""
-    return next((v for v in layer.weights if v.name == name), None)
-
-
-def size(variable):
-    """The number of entries of `variable` (0 for None)."""
-    return 0 if variable is None else int(np.prod(variable.shape, dtype=np.int64))
-
-
-def macs_of(layer, input_shapes, output_shapes):
-    """Multiply-accumulates of one call of `layer`, per example (batch of 1).
-
-    Counted for the layers with weight products (dense, einsum, convolutions
-    and their transposes, depthwise and separable, recurrent, attention,
-    wrappers: the `macs` of their records, `maskfit.kinds`); normalization,
-    activations, pooling and merges count 0, as do embeddings (a lookup).
-    """
-    kind = record.builtin(type(layer))
-    if kind is None or kind.macs is None:
-        return 0
-    return kind.macs(layer, input_shapes, output_shapes)
 
 
 def _sizes(model, prefix=""):

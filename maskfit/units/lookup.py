@@ -1,7 +1,7 @@
 """Which output-unit declaration applies to a layer: registered, its own, or built in.
 
 A layer class's declaration is, in maskfit's one lookup order
-(`maskfit.kinds.record.Lookup`): one registered with `register_output_units`,
+(`maskfit.records.Lookup`): one registered with `register_output_units`,
 its own `maskfit_output_units(self)` method, or the `units` of the built-in
 record of its exact class (`maskfit.kinds`). Declarations of wrappers and
 attention layers read their inner layers' through `output_units_of`.
@@ -11,7 +11,7 @@ import inspect
 
 import keras
 
-from maskfit.kinds import record
+from maskfit import records
 from maskfit.units.declaration import DECLARATION_METHOD, OutputUnits, refusal
 
 __all__ = [
@@ -23,7 +23,7 @@ __all__ = [
     "units_from_config",
 ]
 
-_LOOKUP = record.Lookup("units", DECLARATION_METHOD)
+_LOOKUP = records.Lookup("units", DECLARATION_METHOD)
 
 
 def register_output_units(layer_class, declare):
@@ -140,7 +140,7 @@ def units_from_config(layer):
     Read from the built-in record of its exact class (`config_units`); None
     for other classes.
     """
-    kind = record.builtin(type(layer))
+    kind = records.builtin(type(layer))
     if kind is None or kind.config_units is None:
         return None
     return kind.config_units(layer)

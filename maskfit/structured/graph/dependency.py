@@ -4,7 +4,7 @@ A *unit* is an output unit of a layer (a Dense unit, a conv filter, an
 attention head, an LSTM unit). Each layer that makes units gets a *space* of
 unit nodes; tensors carry, along one axis, the unit node of each position
 (`TensorUnits`). Walking the model's graph, each layer's `Coupling`
-(`maskfit.structured.couplings`) records which entries of which variables
+(`maskfit.kinds.couplings`) records which entries of which variables
 belong to which unit nodes (its own weights, its consumers' input slices,
 per-channel parameters), joins nodes that must go together (a residual add
 joins its inputs' channels position by position), and *fixes* nodes that
@@ -18,9 +18,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from maskfit.structured import couplings as couplings_lib
-from maskfit.structured import keras_graph, unit_nodes
-from maskfit.structured.unit_nodes import (
+from maskfit.kinds.couplings.calls import CallUnits
+from maskfit.kinds.couplings.lookup import coupling_of
+from maskfit.structured.graph import keras_graph
+from maskfit.structured.graph import nodes as unit_nodes
+from maskfit.structured.graph.nodes import (
     Space,  # noqa: F401 (re-exported)
     TensorUnits,
 )
@@ -81,7 +83,7 @@ class DependencyGraph(unit_nodes.UnitNodes):
 
     Torch-Pruning's `DependencyGraph`, for Keras 3, read from the model's
     layer graph (no tracing). Each layer kind's coupling is one object
-    (`maskfit.structured.couplings`); what no coupling can prove safe (a
+    (`maskfit.kinds.couplings`); what no coupling can prove safe (a
     Lambda, a custom layer without a declaration, a LayerNormalization over
     the units) makes the units it touches unremovable, and `explain` says
     which layer and why. The model's outputs keep their shape: their units,
@@ -147,9 +149,7 @@ class DependencyGraph(unit_nodes.UnitNodes):
                             f"passed to nested model '{layer.name}' besides its inputs",
                         )
             else:
-                made = couplings_lib.coupling_of(layer).couple(
-                    couplings_lib.CallUnits(call, units, reads), self
-                )
+                made = coupling_of(layer).couple(CallUnits(call, units, reads), self)
             if len(made) != len(call.outputs):
                 raise ValueError(
                     f"The coupling of layer '{layer.name}' gave {len(made)} outputs"
@@ -319,7 +319,7 @@ class DependencyGraph(unit_nodes.UnitNodes):
         Returns:
           The explanation, one block of lines per layer.
         """
-        from maskfit.structured import explain as explain_lib
+        from maskfit.structured.graph import explain as explain_lib
 
         return explain_lib.explain(self, layer)
 

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import internals
-from maskfit.structured import importance as importance_lib
+from maskfit.structured.scoring import importance as importance_lib
 
 __all__ = ["ActivationImportance"]
 

@@ -11,7 +11,10 @@ from maskfit import support
 from maskfit.model import conversion
 from maskfit.spec import pruning_schedule as schedules
 from maskfit.spec import rules as rules_lib
-from maskfit.structured import keras_graph, unit_choice, unit_graph, unit_rule
+from maskfit.structured import rule as unit_rule
+from maskfit.structured.graph import dependency as unit_graph
+from maskfit.structured.graph import keras_graph
+from maskfit.structured.scoring import choice as unit_choice
 
 __all__ = ["UnitSelection", "prune_units", "select_units", "unit_selection"]
 

@@ -13,8 +13,9 @@ import inspect
 import keras
 
 from maskfit import internals
-from maskfit.structured import couplings as couplings_lib
-from maskfit.structured import couplings_hub, hub_twins
+from maskfit.kinds.couplings.lookup import coupling_of
+from maskfit.structured.hub import couplings as couplings_hub
+from maskfit.structured.hub import twins as hub_twins
 
 __all__ = ["block_config", "config_of", "same_class"]
 
@@ -55,7 +56,7 @@ def block_config(model, shrunk):
     """
     found, head_sizes = {}, set()
     for layer in internals.sublayers(model):
-        coupling = couplings_lib.coupling_of(layer)
+        coupling = coupling_of(layer)
         if isinstance(coupling, couplings_hub.HubBlock):
             _check_heads(model, layer, coupling, shrunk)
             for counts in coupling.counts(layer, shrunk):

@@ -8,11 +8,11 @@ the Keras versions checked), and this module turns what they give into
 """
 
 import inspect
-from typing import NamedTuple
 
 import keras
 
 from maskfit.internals import graphs
+from maskfit.kinds.couplings.calls import Call
 
 __all__ = [
     "PRIVATE_MEMBERS",
@@ -31,27 +31,6 @@ PRIVATE_MEMBERS = graphs.PRIVATE_MEMBERS
 missing_members = graphs.missing_members
 is_graph_model = graphs.is_graph_model
 input_name = graphs.input_name
-
-
-class Call(NamedTuple):
-    """One call of a layer in a model's graph.
-
-    Attributes:
-      layer: the layer (or nested model) called.
-      arguments: `{name: value}`, the call's arguments bound to the names of
-        `layer.call`'s signature; tensors are KerasTensors.
-      inputs: the KerasTensors among the arguments, in order.
-      outputs: the KerasTensors it returned, flattened.
-      args, kwargs: the call's arguments as given, to call another layer
-        the same way.
-    """
-
-    layer: keras.layers.Layer
-    arguments: dict
-    inputs: list
-    outputs: list
-    args: tuple
-    kwargs: dict
 
 
 def _bind(layer, args, kwargs):

@@ -15,7 +15,8 @@ import inspect
 
 import keras
 
-from maskfit.structured import couplings_hub
+from maskfit.kinds.couplings.parts import sublayer
+from maskfit.structured.hub import couplings as couplings_hub
 
 __all__ = ["BUILDERS", "StockBlock"]
 
@@ -39,7 +40,7 @@ class StockBlock:
 
     def new(self, path, **changes):
         """The stock layer standing for the sublayer at `path` (made once)."""
-        old = couplings_hub.sublayer(self.layer, path)
+        old = sublayer(self.layer, path)
         key = tuple(path)
         if key not in self._made:
             config = old.get_config()

@@ -21,7 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from maskfit.structured.coupling_parts import named_variable
+from maskfit.kinds.couplings.parts import named_variable
 from maskfit.units import probe
 
 __all__ = ["check", "depends_on_channel"]

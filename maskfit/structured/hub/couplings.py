@@ -29,10 +29,13 @@ from typing import NamedTuple
 import numpy as np
 
 from maskfit import internals
-from maskfit.structured import couplings as couplings_lib
-from maskfit.structured import hub_check, hub_twins
-from maskfit.structured.couplings import Coupling
-from maskfit.structured.unit_nodes import TensorUnits
+from maskfit.kinds.attention import MultiHeadAttention
+from maskfit.kinds.couplings.base import Coupling
+from maskfit.kinds.couplings.calls import TensorUnits
+from maskfit.kinds.couplings.lookup import add_fallback
+from maskfit.kinds.couplings.parts import sublayer
+from maskfit.structured.hub import check as hub_check
+from maskfit.structured.hub import twins as hub_twins
 
 __all__ = ["BlockSpec", "HubBlock", "coupling_for", "hub_class_name"]
 
@@ -159,23 +162,9 @@ def coupling_for(layer):
     if name == "CachedMultiHeadAttention":
         # keras.layers.MultiHeadAttention with a cache: without one (a graph
         # call), the same computation, config and weights.
-        from maskfit.structured import couplings_sequence
-
-        return couplings_sequence.MultiHeadAttention()
+        return MultiHeadAttention()
     spec = SPECS.get(name)
     return None if spec is None else HubBlock(spec)
-
-
-def sublayer(layer, path):
-    """The sublayer of `layer` at `path` (names), or None."""
-    for name in path:
-        layer = next(
-            (s for s in internals.sublayers(layer, recursive=False) if s.name == name),
-            None,
-        )
-        if layer is None:
-            return None
-    return layer
 
 
 def _weight(layer, name):
@@ -390,4 +379,4 @@ def head_size(layer, spec):
 
 
 # `couplings.coupling_of` asks this module about layers it has no record for.
-couplings_lib.add_fallback(coupling_for)
+add_fallback(coupling_for)

@@ -9,8 +9,9 @@ import tensorflow as tf
 from maskfit import internals, paths
 from maskfit.spec import pruning_schedule as schedules
 from maskfit.spec import rules as rules_lib
-from maskfit.structured import importance as importance_lib
-from maskfit.structured import unit_choice, unit_graph
+from maskfit.structured.graph import dependency as unit_graph
+from maskfit.structured.scoring import choice as unit_choice
+from maskfit.structured.scoring import importance as importance_lib
 
 __all__ = ["UnitPruning"]
 

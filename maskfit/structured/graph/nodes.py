@@ -4,8 +4,8 @@
 spaces of unit nodes (`new_space`), which entries of which variables belong
 to which nodes (`slice`), nodes that go together (`join`) and nodes that must
 stay, with the reason (`fix`, `refuse`), and channel counts a layer must
-not be left with (`avoid`). `TensorUnits` says which node each position of a
-tensor's unit axis carries.
+not be left with (`avoid`). A coupling's `TensorUnits` (`maskfit.kinds.couplings.calls`) say
+which node each position of a tensor's unit axis carries.
 """
 
 import collections
@@ -13,32 +13,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Slices", "Space", "TensorUnits", "UnitNodes"]
+from maskfit.kinds.couplings.calls import TensorUnits
 
-
-class TensorUnits(NamedTuple):
-    """The units a tensor carries: `ids[p]` is the unit node at position `p` of `axis`.
-
-    `axis` is negative (counted from the end, so it holds under wrappers
-    that add leading axes); None when the tensor carries no unit. `ids` has
-    -1 where a position is no unit; `reason` says why (a model input, the
-    output of a layer maskfit cannot see into).
-    """
-
-    axis: object
-    ids: object
-    reason: str = ""
-
-    @staticmethod
-    def none(reason):
-        return TensorUnits(None, None, reason)
-
-    @property
-    def width(self):
-        return 0 if self.ids is None else len(self.ids)
-
-    def has_units(self):
-        return self.ids is not None and bool(np.any(self.ids >= 0))
+__all__ = ["Slices", "Space", "UnitNodes"]
 
 
 class Space(NamedTuple):

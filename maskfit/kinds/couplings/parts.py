@@ -10,7 +10,8 @@ declaration.
 
 import numpy as np
 
-from maskfit.structured.unit_nodes import TensorUnits
+from maskfit import internals
+from maskfit.kinds.couplings.calls import TensorUnits
 from maskfit.units import layout as units_lib
 
 __all__ = [
@@ -20,9 +21,22 @@ __all__ = [
     "no_units",
     "own_units",
     "read_units",
+    "sublayer",
     "unsupported",
     "variable",
 ]
+
+
+def sublayer(layer, path):
+    """The sublayer of `layer` at `path` (names), or None."""
+    for name in path:
+        layer = next(
+            (s for s in internals.sublayers(layer, recursive=False) if s.name == name),
+            None,
+        )
+        if layer is None:
+            return None
+    return layer
 
 
 def variable(layer, name):

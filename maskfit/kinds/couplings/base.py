@@ -5,84 +5,20 @@ of the layer's variables belong to which unit nodes (the units it makes,
 the input channels it reads, per-channel parameters), which units pass
 through to its outputs, and what its config becomes once units are removed
 (`shrink_config`). Built-in Keras layers have theirs in their records
-(`maskfit.kinds`; the classes in `couplings_keras`, `couplings_passing`,
-`couplings_sequence`); a custom layer declares one with a
+(`maskfit.kinds`: each family module defines the coupling classes its
+records name); a custom layer declares one with a
 `maskfit_unit_coupling(self)` method returning a `Coupling` (usually a
-`UnitCoupling`), or `register_coupling`. A layer with none is refused:
-every unit it reads stays. The lookup order is maskfit's one
-(`maskfit.kinds.record.Lookup`), as for output units.
+`UnitCoupling`), or `register_coupling` (`maskfit.kinds.couplings.lookup`).
+A layer with none is refused: every unit it reads stays.
 """
 
-import inspect
-from typing import NamedTuple
-
-import keras
 import numpy as np
 
-from maskfit.kinds import record
-from maskfit.structured import coupling_parts as parts
-from maskfit.structured import declared_check
-from maskfit.structured.unit_nodes import TensorUnits
+from maskfit.kinds.couplings import check as declared_check
+from maskfit.kinds.couplings import parts
+from maskfit.kinds.couplings.calls import TensorUnits
 
-__all__ = [
-    "CallUnits",
-    "Coupling",
-    "Refused",
-    "UnitCoupling",
-    "coupling_of",
-    "register_coupling",
-]
-
-DECLARATION_METHOD = "maskfit_unit_coupling"
-_LOOKUP = record.Lookup("coupling", DECLARATION_METHOD)
-# Lookups asked, in order, about a layer with no coupling of its own, no
-# registered one and no record (`couplings_hub` adds keras_hub's blocks).
-_FALLBACKS = []
-
-
-def add_fallback(find):
-    """Adds `find(layer) -> Coupling or None` to the lookups `coupling_of` asks last."""
-    if find not in _FALLBACKS:
-        _FALLBACKS.append(find)
-
-
-class CallUnits(NamedTuple):
-    """One call of a layer, with the units of its input tensors (for `Coupling.couple`).
-
-    Attributes:
-      call: the `keras_graph.Call` (layer, arguments by name, tensors).
-      units: `{id(KerasTensor): TensorUnits}` of the graph so far.
-      inputs: the `TensorUnits` of `call.inputs`, in order.
-    """
-
-    call: object
-    units: dict
-    inputs: list
-
-    @property
-    def layer(self):
-        return self.call.layer
-
-    def argument(self, name):
-        """The `TensorUnits` of the call argument `name` (one tensor), or None."""
-        value = self.call.arguments.get(name)
-        if isinstance(value, keras.KerasTensor):
-            return self.units[id(value)]
-        return None
-
-    def tensor(self, name):
-        value = self.call.arguments.get(name)
-        return value if isinstance(value, keras.KerasTensor) else None
-
-    def input_shape(self, i=0):
-        return tuple(self.call.inputs[i].shape)
-
-    def output_shape(self, i=0):
-        return tuple(self.call.outputs[i].shape)
-
-    @property
-    def num_outputs(self):
-        return len(self.call.outputs)
+__all__ = ["Coupling", "Refused", "UnitCoupling"]
 
 
 class Coupling:
@@ -276,97 +212,3 @@ class UnitCoupling(Coupling):
         if self.units_config is not None:
             config[self.units_config] = shrunk.count(layer, "units")
         return config
-
-
-def register_coupling(layer_class, coupling):
-    """Declares how units cross a layer class you cannot (or do not) edit.
-
-    Args:
-      layer_class: a `keras.layers.Layer` subclass (that exact class).
-      coupling: a `Coupling` for its layers, or a function `layer ->
-        Coupling`, or None to remove the registration.
-
-    Example:
-
-    >>> import keras, maskfit.pruning as pruning
-    >>> class MyDense(keras.layers.Dense):
-    ...     pass
-    >>> pruning.register_coupling(MyDense, pruning.coupling_of(keras.layers.Dense(1)))
-    """
-    if not (
-        inspect.isclass(layer_class) and issubclass(layer_class, keras.layers.Layer)
-    ):
-        raise TypeError(
-            "register_coupling expects a keras.layers.Layer subclass first."
-            f" Received: {layer_class!r}"
-        )
-    if coupling is None:
-        _LOOKUP.register(layer_class, None)
-    elif isinstance(coupling, Coupling) or callable(coupling):
-        _LOOKUP.register(layer_class, coupling)
-    else:
-        raise TypeError(
-            "register_coupling expects a maskfit.pruning.Coupling, a function"
-            f" layer -> Coupling, or None. Received: {coupling!r}"
-        )
-
-
-def builtin_table():
-    """`{Keras layer class: Coupling}` of the built-in couplings (refusals too)."""
-    return {
-        cls: _LOOKUP.builtin(cls)
-        for cls in record.builtin_classes()
-        if _LOOKUP.builtin(cls) is not None
-    }
-
-
-def coupling_of(layer):
-    """Returns the `Coupling` of `layer`: registered, declared, built-in, or a refusal.
-
-    Example:
-
-    >>> import keras, maskfit.pruning as pruning
-    >>> isinstance(pruning.coupling_of(keras.layers.Dense(4)), pruning.Coupling)
-    True
-    >>> refused = pruning.coupling_of(keras.layers.Lambda(lambda x: x))
-    >>> type(refused).__name__, "Lambda" in refused.reason
-    ('Refused', True)
-    """
-    cls = type(layer)
-    source, found = _LOOKUP.find(layer)
-    if source == "method":
-        found = found()
-        if not isinstance(found, Coupling):
-            raise TypeError(
-                f"{cls.__name__}.{DECLARATION_METHOD}() returned {found!r};"
-                " expected a maskfit.pruning.Coupling (e.g. UnitCoupling)."
-            )
-        return found
-    if found is None and not isinstance(layer, keras.layers.Layer):
-        found = record.builtin_op(cls)
-        if found is None:
-            return Refused(
-                f"is a keras.ops call ({cls.__name__}) that maskfit has no"
-                " coupling for, so which channels it mixes is unknown"
-            )
-    if found is None:
-        for fallback in _FALLBACKS:
-            found = fallback(layer)
-            if found is not None:
-                return found
-        base = _LOOKUP.builtin_base(cls)
-        if base is not None and not isinstance(_LOOKUP.builtin(base), Refused):
-            return Refused(
-                f"subclasses keras.layers.{base.__name__} and may compute"
-                " differently (declare it: maskfit.pruning.register_coupling("
-                f"{cls.__name__}, maskfit.pruning.coupling_of(keras.layers."
-                f"{base.__name__}(...))) if it keeps {base.__name__}'s computation)"
-            )
-        return Refused(
-            "declares no unit coupling (define maskfit_unit_coupling(self)"
-            " returning maskfit.pruning.UnitCoupling, or call"
-            " maskfit.pruning.register_coupling)"
-        )
-    if not isinstance(found, Coupling):
-        found = found(layer)
-    return found

@@ -15,7 +15,7 @@ import inspect
 import keras
 import numpy as np
 
-from maskfit.structured.unit_nodes import TensorUnits
+from maskfit.kinds.couplings.calls import TensorUnits
 
 __all__ = ["propagate"]
 

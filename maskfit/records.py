@@ -1,13 +1,15 @@
-"""One record per Keras layer class, and the one order in which maskfit looks one up.
+"""The record of a Keras layer class, and the one order in which maskfit looks one up.
 
 A `LayerKind` says everything maskfit knows about a built-in layer class:
 its output units (`maskfit.units`), which of its variables magnitude
-pruning prunes (`maskfit.pruning`), how units cross it (`maskfit.structured`)
-how many units an unbuilt layer will have and what one call costs. The records are written in
-the family modules of `maskfit.kinds` and installed here once, when maskfit
-is imported (`maskfit.kinds.builtin`); this module imports none of them, so
-the units, pruning and structured packages read the records without
-importing what the records import.
+pruning prunes (`maskfit.pruning`), how units cross it (its coupling, read by
+`maskfit.structured`), how many units an unbuilt layer will have and what one
+call costs. The records themselves are written in the family modules of
+`maskfit.kinds` and installed here once, when maskfit is imported
+(`maskfit.kinds.builtin`). This module sits below `maskfit.units` and imports
+nothing of maskfit, so units, pruning and structured pruning read the records
+without importing what the records import (the layer order in
+`pyproject.toml`).
 
 Each aspect is looked up in one order, by `Lookup`: what was registered for
 the layer's exact class, then the layer's own method, then the built-in
@@ -154,8 +156,8 @@ class Lookup:
     Example:
 
     >>> import keras
-    >>> from maskfit.kinds import record
-    >>> units = record.Lookup("units", "maskfit_output_units")
+    >>> from maskfit import records
+    >>> units = records.Lookup("units", "maskfit_output_units")
     >>> units.find(keras.layers.Dense)[0]
     'builtin'
     """
