@@ -22,7 +22,6 @@ from maskfit import moved as _moved
 
 _moved.install()
 
-from maskfit import backend as _backend
 from maskfit import distribute, layers, pruning, sparse, structured
 from maskfit.apply import apply_gradients
 from maskfit.backup import ExactBackupAndRestore
@@ -54,8 +53,7 @@ from maskfit.units.lookup import register_output_units
 # registered once for units, pruning and structured pruning to look up.
 _builtin_kinds.install()
 # The backend's own parts (on JAX: the masks' pytree registration).
-if _backend.NAME in _backend.SUPPORTED:
-    _backend.current()
+_support.step_backend()
 
 __all__ = [
     "apply_gradients",

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from maskfit import backend, gradients, internals
+from maskfit import gradients, internals, support
 from maskfit.paths import handle as variable_handle
 from maskfit.spec import declare
 from maskfit.step import masker as masker_lib
@@ -63,8 +63,8 @@ def apply_gradients(optimizer, grads, variables=None):
     >>> optimizer.iterations.numpy().item()
     1
     """
-    if backend.NAME != "tensorflow":
-        return backend.current().apply_gradients(optimizer, grads, variables)
+    if support.backend() != "tensorflow":
+        return support.step_backend().apply_gradients(optimizer, grads, variables)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(
             "apply_gradients expects a Keras optimizer as its first argument, e.g."

@@ -7,13 +7,18 @@ constructor, the declaring call, the loading of a file that holds it), with
 one `NotImplementedError` that names the backend, the feature and what to
 use instead. `FEATURES` is the table README's "Backends" section shows
 (`tests/test_backend_support.py` keeps the two in step).
+
+`step_backend()` is the module of `maskfit.backend` that trains on this
+process's backend. It is imported by name, at run time: the model classes and
+`apply_gradients` (low in maskfit's layer order) reach the backend modules
+(at the top of it, since they import the model, the step and pruning) only
+through this function, never by an import statement.
 """
 
+import importlib
 from typing import NamedTuple
 
 import keras
-
-from maskfit import backend as backend_lib
 
 __all__ = [
     "BACKENDS",
@@ -23,9 +28,10 @@ __all__ = [
     "check_backend",
     "require",
     "runs_on",
+    "step_backend",
 ]
 
-BACKENDS = backend_lib.SUPPORTED
+BACKENDS = ("tensorflow", "jax")
 """The Keras backends maskfit runs on; importing it under another one fails."""
 
 _ON_TENSORFLOW = "run it under KERAS_BACKEND=tensorflow"
@@ -128,6 +134,30 @@ FEATURES = {
 def backend():
     """The Keras backend of this process (`keras.backend.backend()`)."""
     return keras.backend.backend()
+
+
+def step_backend():
+    """The module of `maskfit.backend` for the Keras backend this process runs on.
+
+    It provides `train_step`, `make_train_function`, `apply_grad_masks` and
+    `apply_gradients` (`maskfit.backend` says what each does).
+
+    Raises:
+      RuntimeError: on a backend maskfit does not train on.
+
+    Example:
+
+    >>> step_backend().__name__ == f"maskfit.backend.{backend()}"
+    True
+    """
+    name = backend()
+    if name not in BACKENDS:
+        raise RuntimeError(
+            f"maskfit trains on the {' and '.join(BACKENDS)} backends of Keras;"
+            f" this process runs Keras on '{name}'. Set KERAS_BACKEND=jax or"
+            " KERAS_BACKEND=tensorflow before importing Keras."
+        )
+    return importlib.import_module(f"maskfit.backend.{name}")
 
 
 def runs_on(feature, name=None):

@@ -33,7 +33,8 @@ _JAX_FOLDER = _TESTS / "jax"
 BOTH_BACKENDS = frozenset(
     [
         "test_backend_support.py",
-        "test_import_graph.py",
+        "test_layers.py",
+        "test_moved.py",
         "test_packaging.py",
         "test_specs.py",
         "test_summary.py",

@@ -10,7 +10,10 @@
 - `make_train_function(model, keras_make, force)`: `make_train_function`;
 - `apply_gradients(optimizer, grads, variables)`: `maskfit.apply_gradients`.
 
-What does not depend on the backend is shared: the declarations
+This package is the top of maskfit's layer order (it imports the model, the
+step and pruning); the layers below reach it only through
+`maskfit.support.step_backend()`, by name at run time. What does not depend
+on the backend is shared: the declarations
 (`maskfit.spec`), their resolution against variables
 (`maskfit.step.declared`), and the masking stage as a pure function in
 `keras.ops` (`maskfit.step.stateless`), which the JAX backend runs and a
@@ -18,19 +21,17 @@ PyTorch backend could run too. The TensorFlow backend keeps its own stateful
 step (`maskfit.step.masker`, `maskfit.step.lifecycle`).
 """
 
-import importlib
-
-import keras
+from maskfit import support
 
 __all__ = ["NAME", "SUPPORTED", "current"]
 
-NAME = keras.backend.backend()
+NAME = support.backend()
 # The backends maskfit trains on, by `keras.backend.backend()` name.
-SUPPORTED = ("tensorflow", "jax")
+SUPPORTED = support.BACKENDS
 
 
 def current():
-    """The module of the backend Keras runs on.
+    """The module of the backend Keras runs on (`maskfit.support.step_backend`).
 
     Raises:
       RuntimeError: on a backend maskfit does not train on.
@@ -41,10 +42,4 @@ def current():
     >>> backend.current().__name__ == f"maskfit.backend.{backend.NAME}"
     True
     """
-    if NAME not in SUPPORTED:
-        raise RuntimeError(
-            f"maskfit trains on the {' and '.join(SUPPORTED)} backends of Keras;"
-            f" this process runs Keras on '{NAME}'. Set KERAS_BACKEND=jax or"
-            " KERAS_BACKEND=tensorflow before importing Keras."
-        )
-    return importlib.import_module(f"maskfit.backend.{NAME}")
+    return support.step_backend()

@@ -2,7 +2,7 @@
 
 import functools
 
-from maskfit import backend, internals, paths
+from maskfit import internals, paths, support
 from maskfit.step import lifecycle as lifecycle_lib
 
 __all__ = ["MaskedTraining", "all_trainable_variables", "keep_masks", "masker_of"]
@@ -30,7 +30,7 @@ class MaskedTraining:
 
     def train_step(self, *args):
         # `(data)` on TensorFlow, `(state, data)` on JAX: as Keras's trainer calls it.
-        return backend.current().train_step(self, *args)
+        return support.step_backend().train_step(self, *args)
 
     def apply_grad_masks(self, gradients, variables):
         """The masking stage: returns the gradients that `optimizer.apply` gets.
@@ -51,7 +51,7 @@ class MaskedTraining:
         Returns:
           The list of gradients to apply, aligned with `variables`.
         """
-        return backend.current().apply_grad_masks(self, gradients, variables)
+        return support.step_backend().apply_grad_masks(self, gradients, variables)
 
     def _maskfit_update_mode(self, masker):
         """The masker's `UpdateMode` for this model's compile settings."""
@@ -71,7 +71,7 @@ class MaskedTraining:
         fitted to the new plan and the step traced again, before the call
         that runs that step.
         """
-        return backend.current().make_train_function(self, force=force)
+        return support.step_backend().make_train_function(self, force=force)
 
     def _maskfit_lifecycle(self):
         lifecycle = getattr(self, _LIFECYCLE_ATTR, None)
