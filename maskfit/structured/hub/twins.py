@@ -44,47 +44,47 @@ def twin_takes_head_dim():
     return "head_dim" in inspect.signature(block.__init__).parameters
 
 
-def _block(config, head_dim):
-    keep = (
-        "name",
-        "trainable",
-        "dtype",
-        "intermediate_dim",
-        "num_query_heads",
-        "num_key_value_heads",
-        "rope_max_wavelength",
-        "activation",
-        "layer_norm_epsilon",
-        "kernel_initializer",
-        "dropout",
-    )
-    found = {k: config[k] for k in keep if k in config}
-    found["rope_scaling_factor"] = config.get("rope_position_scaling_factor", 1.0)
-    found["sliding_window"] = None
-    found["head_dim"] = head_dim
-    return found
+# The config keys a Llama block and backbone share with their Mistral twins.
+_BLOCK_KEYS = (
+    "name",
+    "trainable",
+    "dtype",
+    "intermediate_dim",
+    "num_query_heads",
+    "num_key_value_heads",
+    "rope_max_wavelength",
+    "activation",
+    "layer_norm_epsilon",
+    "kernel_initializer",
+    "dropout",
+)
+_BACKBONE_KEYS = (
+    "name",
+    "trainable",
+    "dtype",
+    "vocabulary_size",
+    "num_layers",
+    "num_query_heads",
+    "hidden_dim",
+    "intermediate_dim",
+    "num_key_value_heads",
+    "rope_max_wavelength",
+    "layer_norm_epsilon",
+    "dropout",
+)
 
 
-def _backbone(config, head_dim):
-    keep = (
-        "name",
-        "trainable",
-        "dtype",
-        "vocabulary_size",
-        "num_layers",
-        "num_query_heads",
-        "hidden_dim",
-        "intermediate_dim",
-        "num_key_value_heads",
-        "rope_max_wavelength",
-        "layer_norm_epsilon",
-        "dropout",
-    )
-    found = {k: config[k] for k in keep if k in config}
-    found["rope_scaling_factor"] = config.get("rope_position_scaling_factor", 1.0)
-    found["sliding_window"] = None
-    found["head_dim"] = head_dim
-    return found
+def _translated(keys):
+    """`(config, head_dim) -> twin config`: `keys` kept, Mistral's own fields set."""
+
+    def translate(config, head_dim):
+        found = {k: config[k] for k in keys if k in config}
+        found["rope_scaling_factor"] = config.get("rope_position_scaling_factor", 1.0)
+        found["sliding_window"] = None
+        found["head_dim"] = head_dim
+        return found
+
+    return translate
 
 
 # block class -> (its twin's module and class, config translation)
@@ -92,10 +92,18 @@ TWINS = {
     "LlamaTransformerDecoder": (
         "keras_hub.src.models.mistral.mistral_transformer_decoder",
         "MistralTransformerDecoder",
-        _block,
+        _translated(_BLOCK_KEYS),
     ),
-    "LlamaBackbone": ("keras_hub.models", "MistralBackbone", _backbone),
-    "Llama3Backbone": ("keras_hub.models", "MistralBackbone", _backbone),
+    "LlamaBackbone": (
+        "keras_hub.models",
+        "MistralBackbone",
+        _translated(_BACKBONE_KEYS),
+    ),
+    "Llama3Backbone": (
+        "keras_hub.models",
+        "MistralBackbone",
+        _translated(_BACKBONE_KEYS),
+    ),
     "LlamaCausalLM": ("keras_hub.models", "MistralCausalLM", None),
     "Llama3CausalLM": ("keras_hub.models", "MistralCausalLM", None),
 }
