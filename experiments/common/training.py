@@ -4,7 +4,7 @@ Each experiment's `Config` checks its optimizer with `check_optimizer`, its
 `strategy` and `precision` with `check_scale`, and its numbers with
 `check_int` and `check_fraction`; its `run` makes the optimizer with
 `make_optimizer` and trains inside `experiment_run` (or
-`strategy_and_precision`).
+`strategy_and_precision`), timing steps with `StepTimes` where it reports them.
 """
 
 import contextlib
@@ -13,6 +13,7 @@ import inspect
 import math
 import numbers
 import os
+import time
 
 import keras
 
@@ -21,6 +22,7 @@ from maskfit import distribute
 
 __all__ = [
     "OPTIMIZERS",
+    "StepTimes",
     "check_fraction",
     "check_int",
     "check_optimizer",
@@ -204,3 +206,23 @@ def check_fraction(name, value, upper=1.0, closed=False, received=None):
             f"Received an invalid value for `{name}`, expected {expected}."
             f" Received: {name}={value if received is None else received!r}"
         )
+
+
+class StepTimes(keras.callbacks.Callback):
+    """Wall seconds of every training step of a `fit`, in `seconds`.
+
+    Example:
+      >>> timer = StepTimes()
+      >>> model.fit(x, y, callbacks=[timer])
+      >>> timer.seconds  # one per step
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seconds.append(time.perf_counter() - self._start)
