@@ -23,6 +23,7 @@ import keras
 import tensorflow as tf
 
 __all__ = [
+    "RATIO_COLUMNS",
     "RATIO_HEADER",
     "Timed",
     "log_ratio_row",
@@ -121,6 +122,14 @@ def paired_ratios(times, key, baseline):
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
+# The keys of a `ratio_row`, in its order (columns of the benchmarks' CSVs).
+RATIO_COLUMNS = (
+    "step_ms",
+    "ratio_median",
+    "ratio_min",
+    "ratio_max",
+    "cpu_ratio_median",
+)
 # The header of `ratio_cells`, for a fixed-width table.
 RATIO_HEADER = f"{'ms/step':>8} {'ratio':>6} {'spread':>13} {'cpu ratio':>9}"
 
@@ -128,9 +137,9 @@ RATIO_HEADER = f"{'ms/step':>8} {'ratio':>6} {'spread':>13} {'cpu ratio':>9}"
 def ratio_row(times, cpu_times, key, baseline):
     """`key`'s median step time and its paired ratios to `baseline`'s, as a dict.
 
-    The keys: `step_ms` (median milliseconds per step), `ratio_median`,
-    `ratio_min`, `ratio_max` (of wall times, per round) and `cpu_ratio_median`
-    (of the process's CPU times).
+    The keys (`RATIO_COLUMNS`): `step_ms` (median milliseconds per step),
+    `ratio_median`, `ratio_min`, `ratio_max` (of wall times, per round) and
+    `cpu_ratio_median` (of the process's CPU times).
     """
     ratio, low, high = paired_ratios(times, key, baseline)
     return {

@@ -18,22 +18,21 @@ import numpy as np
 
 import maskfit
 from benchmarks import harness
+from benchmarks.step_time import lib as step_time
 from maskfit import internals
 
 COLUMNS = (
     "model",
     "mask",
-    "step_ms",
-    "ratio_median",
-    "ratio_min",
-    "ratio_max",
-    "cpu_ratio_median",
+    *harness.RATIO_COLUMNS,
 )
+_STEP_TIME = step_time.Config()
 
 
 @dataclasses.dataclass
 class Config:
-    """What to measure.
+    """What to measure; the MLP, the sparsity and the timing default to
+    `benchmarks.step_time`'s (`_STEP_TIME`), so that the two tables compare.
 
     Attributes:
       models: Models: mlp, bert.
@@ -60,9 +59,9 @@ class Config:
     models: tuple = ("mlp", "bert")
     masks: tuple = ("output", "element")
     optimizer: str = "adamw"
-    mlp_depth: int = 4
-    mlp_width: int = 1024
-    mlp_batch: int = 256
+    mlp_depth: int = _STEP_TIME.mlp_depth
+    mlp_width: int = _STEP_TIME.mlp_width
+    mlp_batch: int = _STEP_TIME.mlp_batch
     bert_layers: int = 2
     bert_hidden: int = 128
     bert_heads: int = 2
@@ -70,12 +69,12 @@ class Config:
     bert_vocabulary: int = 5000
     bert_sequence: int = 128
     bert_batch: int = 32
-    sparsity: float = 0.9
-    steps: int = 20
-    steps_per_execution: int = 5
-    warmup_steps: int = 10
-    repeats: int = 5
-    seed: int = 0
+    sparsity: float = _STEP_TIME.sparsity
+    steps: int = _STEP_TIME.steps
+    steps_per_execution: int = _STEP_TIME.steps_per_execution
+    warmup_steps: int = _STEP_TIME.warmup_steps
+    repeats: int = _STEP_TIME.repeats
+    seed: int = _STEP_TIME.seed
 
 
 def _mlp(config, model_class, rng):

@@ -33,11 +33,7 @@ from maskfit import pruning, sparse
 COLUMNS = (
     "mode",
     "contender",
-    "step_ms",
-    "ratio_median",
-    "ratio_min",
-    "ratio_max",
-    "cpu_ratio_median",
+    *harness.RATIO_COLUMNS,
     "updates_per_round",
 )
 BASELINE = "static"
