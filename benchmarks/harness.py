@@ -1,14 +1,19 @@
 """What the benchmarks share: timed contenders in turn, paired ratios, the machine.
 
 Each benchmark builds its contenders as `Timed` (one compiled model and a
-fixed batch), times them with `round_robin`, reports `paired_ratios` against
-its baseline, and records `machine()` next to its table; `write_config`,
-`write_json`, `write_csv` and `write_text` write its files.
+fixed batch; `optimizer` makes the step-time benchmarks' optimizers by name),
+times them with `round_robin`, reports `paired_ratios` against its baseline
+(`ratio_row` holds a contender's step time and ratios, `log_ratio_row` logs
+them, `ratio_cells` writes them as a fixed-width table under `RATIO_HEADER`),
+and records `machine()`
+next to its table; `write_config`, `write_json`, `write_csv` and `write_text`
+write its files.
 """
 
 import csv
 import dataclasses
 import json
+import logging
 import os
 import platform
 import statistics
@@ -18,9 +23,15 @@ import keras
 import tensorflow as tf
 
 __all__ = [
+    "RATIO_COLUMNS",
+    "RATIO_HEADER",
     "Timed",
+    "log_ratio_row",
     "machine",
+    "optimizer",
     "paired_ratios",
+    "ratio_cells",
+    "ratio_row",
     "round_robin",
     "write_config",
     "write_csv",
@@ -34,21 +45,31 @@ class Timed:
 
     `fit` builds the optimizer, the masker and the train function; the timed
     calls then reuse that function on a plain iterator, which needs one more
-    trace, done here too, with `warmup_steps` untimed steps.
+    trace, done here too, with `warmup_steps` untimed steps. A backend whose
+    train function takes other arguments overrides `prepare` and `call`.
     """
 
     def __init__(self, key, model, x, y, steps, steps_per_execution, warmup_steps):
         self.key = key
-        dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
-        model.fit(
-            dataset, steps_per_epoch=steps_per_execution, shuffle=False, verbose=0
-        )
         self.model = model
-        self.iterator = iter(dataset)
+        self.iterator = self.prepare(x, y, steps_per_execution)
         self.calls = max(1, steps // steps_per_execution)
         self.steps = self.calls * steps_per_execution
         for _ in range(max(1, warmup_steps // steps_per_execution)):
-            model.train_function(self.iterator)
+            self.call()
+
+    def prepare(self, x, y, steps_per_execution):
+        """Fits `model` once on the batch; returns the iterator `call` reads."""
+        dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
+        self.model.fit(
+            dataset, steps_per_epoch=steps_per_execution, shuffle=False, verbose=0
+        )
+        return iter(dataset)
+
+    def call(self):
+        """Runs one call of the train function; returns its logs."""
+        # Looked up per call, as fit does: a schedule may retrace it.
+        return self.model.train_function(self.iterator)
 
     @classmethod
     def of_config(cls, key, model, x, y, config, steps=None):
@@ -68,8 +89,7 @@ class Timed:
         """Runs `steps` training steps; returns wall and CPU seconds per step."""
         start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(self.calls):
-            # Looked up per call, as fit does: a schedule may retrace it.
-            logs = self.model.train_function(self.iterator)
+            logs = self.call()
         float(logs["loss"])
         wall = time.perf_counter() - start
         return wall / self.steps, (time.process_time() - start_cpu) / self.steps
@@ -100,6 +120,67 @@ def paired_ratios(times, key, baseline):
     """Per-round ratios of `key`'s times to `baseline`'s: `(median, min, max)`."""
     ratios = [t / s for t, s in zip(times[key], times[baseline])]
     return statistics.median(ratios), min(ratios), max(ratios)
+
+
+# The keys of a `ratio_row`, in its order (columns of the benchmarks' CSVs).
+RATIO_COLUMNS = (
+    "step_ms",
+    "ratio_median",
+    "ratio_min",
+    "ratio_max",
+    "cpu_ratio_median",
+)
+# The header of `ratio_cells`, for a fixed-width table.
+RATIO_HEADER = f"{'ms/step':>8} {'ratio':>6} {'spread':>13} {'cpu ratio':>9}"
+
+
+def ratio_row(times, cpu_times, key, baseline):
+    """`key`'s median step time and its paired ratios to `baseline`'s, as a dict.
+
+    The keys (`RATIO_COLUMNS`): `step_ms` (median milliseconds per step),
+    `ratio_median`, `ratio_min`, `ratio_max` (of wall times, per round) and
+    `cpu_ratio_median` (of the process's CPU times).
+    """
+    ratio, low, high = paired_ratios(times, key, baseline)
+    return {
+        "step_ms": 1e3 * statistics.median(times[key]),
+        "ratio_median": ratio,
+        "ratio_min": low,
+        "ratio_max": high,
+        "cpu_ratio_median": paired_ratios(cpu_times, key, baseline)[0],
+    }
+
+
+def ratio_cells(row):
+    """A `ratio_row`'s values as fixed-width cells, under `RATIO_HEADER`."""
+    return (
+        f"{row['step_ms']:8.2f} {row['ratio_median']:6.3f}"
+        f" [{row['ratio_min']:.3f},{row['ratio_max']:.3f}]"
+        f" {row['cpu_ratio_median']:9.3f}"
+    )
+
+
+def log_ratio_row(label, row, ratio="ratio", ms_digits=2):
+    """Logs a `ratio_row`: `label: <ms> ms/step, <ratio> <median> [<min>, <max>]`."""
+    logging.info(
+        "%s: %.*f ms/step, %s %.3f [%.3f, %.3f]",
+        label,
+        ms_digits,
+        row["step_ms"],
+        ratio,
+        row["ratio_median"],
+        row["ratio_min"],
+        row["ratio_max"],
+    )
+
+
+def optimizer(name):
+    """A new `adamw` (1e-4, weight decay 0.004) or `sgd` (1e-3) optimizer."""
+    if name == "adamw":
+        return keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.004)
+    if name == "sgd":
+        return keras.optimizers.SGD(learning_rate=1e-3)
+    raise ValueError(f"Unknown optimizer {name!r}; expected 'adamw' or 'sgd'.")
 
 
 def machine():

@@ -30,6 +30,7 @@ __all__ = [
     "config_main",
     "define_scale_flags",
     "field_helps",
+    "print_file",
 ]
 
 # The flags defined here belong to the entry point that asks for them, so that
@@ -217,6 +218,21 @@ def config_main(config_class, run, workdir=None, show=None, table=None, **option
             print(table(results))
 
     return main
+
+
+def print_file(name):
+    """A `show` for `config_main` that prints the run's file `name` (its table).
+
+    Example:
+      >>> main = config_main(Config, run, show=print_file("structured_pruning.md"))
+    """
+
+    def show(config, results, workdir):
+        del config, results
+        with open(f"{workdir}/{name}") as f:
+            print(f.read())
+
+    return show
 
 
 def define_scale_flags(flag_values=None):

@@ -2,9 +2,10 @@
 
 Each experiment's `Config` checks its optimizer with `check_optimizer`, its
 `strategy` and `precision` with `check_scale`, and its numbers with
-`check_int` and `check_fraction`; its `run` makes the optimizer with
-`make_optimizer` and trains inside `experiment_run` (or
-`strategy_and_precision`).
+`check_int`, `check_int_tuple`, `check_distinct_seeds` and `check_fraction`;
+its `run` makes the optimizer with `make_optimizer` and trains inside
+`experiment_run` (or `strategy_and_precision`), timing steps with `StepTimes`
+where it reports them.
 """
 
 import contextlib
@@ -13,6 +14,7 @@ import inspect
 import math
 import numbers
 import os
+import time
 
 import keras
 
@@ -21,8 +23,11 @@ from maskfit import distribute
 
 __all__ = [
     "OPTIMIZERS",
+    "StepTimes",
+    "check_distinct_seeds",
     "check_fraction",
     "check_int",
+    "check_int_tuple",
     "check_optimizer",
     "check_scale",
     "experiment_run",
@@ -173,6 +178,42 @@ def check_int(name, value, minimum, received=None):
         )
 
 
+def check_int_tuple(name, value, minimum, check_item=check_int):
+    """Raises ValueError unless `value` is a non-empty tuple of such integers.
+
+    Args:
+      name: the setting, as the message names it.
+      value: what was received.
+      minimum: the least item, checked by `check_item(name, item, minimum,
+        received=value)` (`check_int` by default).
+      check_item: the check of one item, for a config whose messages word it
+        otherwise.
+
+    Example:
+      >>> check_int_tuple("hidden_units", (300, 100), minimum=1)  # passes
+    """
+    if not isinstance(value, tuple) or not value:
+        raise ValueError(
+            f"Received an invalid value for `{name}`, expected a non-empty"
+            f" tuple of integers. Received: {name}={value!r}"
+        )
+    for item in value:
+        check_item(name, item, minimum, received=value)
+
+
+def check_distinct_seeds(seeds):
+    """Raises ValueError if a seed stands twice in `seeds`.
+
+    Example:
+      >>> check_distinct_seeds((0, 1, 2))  # passes
+    """
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(
+            "Received an invalid value for `seeds`, expected distinct seeds."
+            f" Received: seeds={seeds!r}"
+        )
+
+
 def check_fraction(name, value, upper=1.0, closed=False, received=None):
     """Raises ValueError unless `value` is a finite number in (0, upper).
 
@@ -204,3 +245,23 @@ def check_fraction(name, value, upper=1.0, closed=False, received=None):
             f"Received an invalid value for `{name}`, expected {expected}."
             f" Received: {name}={value if received is None else received!r}"
         )
+
+
+class StepTimes(keras.callbacks.Callback):
+    """Wall seconds of every training step of a `fit`, in `seconds`.
+
+    Example:
+      >>> timer = StepTimes()
+      >>> model.fit(x, y, callbacks=[timer])
+      >>> timer.seconds  # one per step
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seconds.append(time.perf_counter() - self._start)

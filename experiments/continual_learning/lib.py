@@ -22,6 +22,7 @@ import numpy as np
 from absl import logging
 
 from experiments import common
+from experiments.common import training
 from experiments.continual_learning import ewc, gradmask, methods, net, packnet, report
 from experiments.continual_learning import tasks as tasks_lib
 
@@ -105,19 +106,8 @@ class Config:
                     f" names among {', '.join(known)}. Received: {name}={value!r}"
                 )
         for name, minimum in (("hidden_units", 1), ("seeds", 0)):
-            value = getattr(self, name)
-            if not isinstance(value, tuple) or not value:
-                raise ValueError(
-                    f"Received an invalid value for `{name}`, expected a non-empty"
-                    f" tuple of integers. Received: {name}={value!r}"
-                )
-            for item in value:
-                _check_int(name, item, minimum, received=value)
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(
-                "Received an invalid value for `seeds`, expected distinct seeds."
-                f" Received: seeds={self.seeds!r}"
-            )
+            training.check_int_tuple(name, getattr(self, name), minimum, _check_int)
+        training.check_distinct_seeds(self.seeds)
         for name in ("batch_size", "epochs", "ewc_samples", "steps_per_execution"):
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("permuted_tasks", self.permuted_tasks, minimum=2)

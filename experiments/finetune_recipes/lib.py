@@ -18,6 +18,7 @@ import numpy as np
 
 import maskfit
 from experiments import common
+from experiments.common import training
 from experiments.finetune_recipes import data, report
 from maskfit.spec import recipes as recipes_lib
 from maskfit.spec.declare import masked_layers
@@ -223,18 +224,6 @@ def _pretrain(config, path):
     return float(history.history["loss"][-1])
 
 
-class _StepTimes(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.times = []
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.times.append(time.perf_counter() - self._start)
-
-
 def _method_runs(config, weights, method, task):
     """Every seed of one method: `{"runs": [...], "peak_rss_mb": ...}`."""
     runs = [_finetune(config, weights, method, seed, task) for seed in config.seeds]
@@ -263,7 +252,7 @@ def _finetune(config, weights, method, seed, task):
     variables = list(model.trainable_weights)
     x = _features(x_train)
     _declare(config, method, model, head, steps, x, y_train)
-    times = _StepTimes()
+    times = training.StepTimes()
     model.fit(
         x,
         y_train,
@@ -278,7 +267,7 @@ def _finetune(config, weights, method, seed, task):
         "accuracy": float(accuracy),
         "learnable": _learnable(model, variables),
         "total": int(sum(np.prod(v.shape) for v in variables)),
-        "step_ms": 1000 * float(np.median(times.times[2:] or times.times)),
+        "step_ms": 1000 * float(np.median(times.seconds[2:] or times.seconds)),
     }
 
 

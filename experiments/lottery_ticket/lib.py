@@ -27,6 +27,7 @@ import tensorflow as tf
 from absl import logging
 
 from experiments import common
+from experiments.common import training
 from experiments.lottery_ticket import report, train
 from maskfit import pruning
 
@@ -96,21 +97,9 @@ class Config:
                 f" before the end of training (below train_steps={self.train_steps})."
                 f" Received: rewind_step={self.rewind_step!r}"
             )
-        for name in ("hidden_units", "seeds"):
-            value = getattr(self, name)
-            if not isinstance(value, tuple) or not value:
-                raise ValueError(
-                    f"Received an invalid value for `{name}`, expected a non-empty"
-                    f" tuple of integers. Received: {name}={value!r}"
-                )
-            for item in value:
-                minimum = 1 if name == "hidden_units" else 0
-                common.check_int(name, item, minimum, received=value)
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(
-                "Received an invalid value for `seeds`, expected distinct seeds."
-                f" Received: seeds={self.seeds!r}"
-            )
+        training.check_int_tuple("hidden_units", self.hidden_units, minimum=1)
+        training.check_int_tuple("seeds", self.seeds, minimum=0)
+        training.check_distinct_seeds(self.seeds)
         common.check_fraction("learning_rate", self.learning_rate, upper=math.inf)
         common.check_fraction("prune_rate", self.prune_rate)
         common.check_fraction("validation_fraction", self.validation_fraction)

@@ -19,7 +19,7 @@ import tensorflow as tf
 from absl import logging
 
 from experiments import common
-from experiments.common import datasets
+from experiments.common import datasets, training
 from experiments.sparse_training import report, train
 
 __all__ = ["Config", "run"]
@@ -115,11 +115,7 @@ class Config:
                 common.check_int(name, item, minimum=1, received=getattr(self, name))
         for item in self.seeds:
             common.check_int("seeds", item, minimum=0, received=self.seeds)
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(
-                "Received an invalid value for `seeds`, expected distinct seeds."
-                f" Received: seeds={self.seeds!r}"
-            )
+        training.check_distinct_seeds(self.seeds)
         if self.train_steps % self.eval_every:
             raise ValueError(
                 "Received an invalid value for `eval_every`, expected a divisor of"

@@ -23,14 +23,7 @@ from absl import app
 from experiments.common import cli
 from experiments.structured_pruning.lib import Config, run
 
-
-def _print_table(config, results, workdir):
-    del config, results
-    with open(f"{workdir}/structured_pruning.md") as f:
-        print(f.read())
-
-
-main = cli.config_main(Config, run, show=_print_table)
+main = cli.config_main(Config, run, show=cli.print_file("structured_pruning.md"))
 
 if __name__ == "__main__":
     app.run(main)

@@ -26,14 +26,7 @@ from absl import app
 from experiments.common import cli
 from experiments.transformer_pruning.lib import Config, run
 
-
-def _print_tables(config, results, workdir):
-    del config, results
-    with open(f"{workdir}/transformer_pruning.md") as f:
-        print(f.read())
-
-
-main = cli.config_main(Config, run, show=_print_tables)
+main = cli.config_main(Config, run, show=cli.print_file("transformer_pruning.md"))
 
 if __name__ == "__main__":
     app.run(main)

@@ -73,12 +73,7 @@ def build(arch, seed, initial=True):
     """
     keras.utils.set_random_seed(seed)
     backbone = keras_hub.models.LlamaBackbone(
-        vocabulary_size=arch.vocabulary,
-        num_layers=arch.layers,
-        num_query_heads=arch.query_heads,
-        num_key_value_heads=arch.kv_heads,
-        hidden_dim=arch.hidden,
-        intermediate_dim=arch.ffn,
+        **weights_lib.sizes(arch, "keras_hub"),
         rope_max_wavelength=10000,  # transformers' rope_theta
         layer_norm_epsilon=1e-6,  # transformers' rms_norm_eps (set alike there)
     )

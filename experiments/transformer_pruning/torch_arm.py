@@ -67,13 +67,7 @@ def build(arch, seed, values=None):
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=arch.vocabulary,
-        hidden_size=arch.hidden,
-        intermediate_size=arch.ffn,
-        num_hidden_layers=arch.layers,
-        num_attention_heads=arch.query_heads,
-        num_key_value_heads=arch.kv_heads,
-        max_position_embeddings=arch.context,
+        **weights_lib.sizes(arch, "transformers"),
         rms_norm_eps=1e-6,  # keras_hub's layer_norm_epsilon (set alike there)
         rope_theta=10000.0,  # keras_hub's rope_max_wavelength
         tie_word_embeddings=False,

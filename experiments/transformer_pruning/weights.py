@@ -10,14 +10,47 @@ Hugging Face's layout and names (`model.layers.0.self_attn.q_proj.weight`:
 `(heads * head_dim, hidden)`, an `nn.Linear`'s `(out, in)`); the Keras arm
 reshapes them into keras_hub's kernels (`keras_arm.assign`), the PyTorch arm
 copies them as they are (`torch_arm.build`). numpy only: the maskfit arm
-runs without torch.
+runs without torch. `sizes` spells the architecture both arms build in each
+library's arguments.
 """
 
 import numpy as np
 
-__all__ = ["STDDEV", "draw"]
+__all__ = ["STDDEV", "draw", "sizes"]
 
 STDDEV = 0.02  # transformers' LlamaConfig.initializer_range
+
+# An `Architecture`'s fields as keras_hub's `LlamaBackbone` and transformers'
+# `LlamaConfig` take them (None: that library has no such argument).
+_ARGUMENTS = {
+    "vocabulary": ("vocabulary_size", "vocab_size"),
+    "layers": ("num_layers", "num_hidden_layers"),
+    "query_heads": ("num_query_heads", "num_attention_heads"),
+    "kv_heads": ("num_key_value_heads", "num_key_value_heads"),
+    "hidden": ("hidden_dim", "hidden_size"),
+    "ffn": ("intermediate_dim", "intermediate_size"),
+    "context": (None, "max_position_embeddings"),
+}
+_LIBRARIES = ("keras_hub", "transformers")
+
+
+def sizes(arch, library):
+    """`arch`'s sizes as keyword arguments of `library`'s Llama.
+
+    Args:
+      arch: a `keras_arm.Architecture`.
+      library: "keras_hub" (`LlamaBackbone`) or "transformers" (`LlamaConfig`).
+
+    Example:
+      >>> sizes(arch, "transformers")["num_hidden_layers"] == arch.layers
+      True
+    """
+    column = _LIBRARIES.index(library)
+    return {
+        names[column]: getattr(arch, field)
+        for field, names in _ARGUMENTS.items()
+        if names[column] is not None
+    }
 
 
 def draw(arch, seed, stddev=STDDEV):

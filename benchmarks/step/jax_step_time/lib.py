@@ -12,31 +12,27 @@ time (which other processes on a shared machine sway less).
 """
 
 import dataclasses
-import logging
-import statistics
-import time
 
 import keras
 import numpy as np
 
 import maskfit
 from benchmarks import harness
+from benchmarks.step_time import lib as step_time
 from maskfit import internals
 
 COLUMNS = (
     "model",
     "mask",
-    "step_ms",
-    "ratio_median",
-    "ratio_min",
-    "ratio_max",
-    "cpu_ratio_median",
+    *harness.RATIO_COLUMNS,
 )
+_STEP_TIME = step_time.Config()
 
 
 @dataclasses.dataclass
 class Config:
-    """What to measure.
+    """What to measure; the MLP, the sparsity and the timing default to
+    `benchmarks.step_time`'s (`_STEP_TIME`), so that the two tables compare.
 
     Attributes:
       models: Models: mlp, bert.
@@ -63,9 +59,9 @@ class Config:
     models: tuple = ("mlp", "bert")
     masks: tuple = ("output", "element")
     optimizer: str = "adamw"
-    mlp_depth: int = 4
-    mlp_width: int = 1024
-    mlp_batch: int = 256
+    mlp_depth: int = _STEP_TIME.mlp_depth
+    mlp_width: int = _STEP_TIME.mlp_width
+    mlp_batch: int = _STEP_TIME.mlp_batch
     bert_layers: int = 2
     bert_hidden: int = 128
     bert_heads: int = 2
@@ -73,12 +69,12 @@ class Config:
     bert_vocabulary: int = 5000
     bert_sequence: int = 128
     bert_batch: int = 32
-    sparsity: float = 0.9
-    steps: int = 20
-    steps_per_execution: int = 5
-    warmup_steps: int = 10
-    repeats: int = 5
-    seed: int = 0
+    sparsity: float = _STEP_TIME.sparsity
+    steps: int = _STEP_TIME.steps
+    steps_per_execution: int = _STEP_TIME.steps_per_execution
+    warmup_steps: int = _STEP_TIME.warmup_steps
+    repeats: int = _STEP_TIME.repeats
+    seed: int = _STEP_TIME.seed
 
 
 def _mlp(config, model_class, rng):
@@ -134,50 +130,31 @@ def _set_masks(model, mask, sparsity, seed):
             maskfit.set_mask(layer, maskfit.ElementMask({"kernel": keep}))
 
 
-def _optimizer(name):
-    if name == "adamw":
-        return keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.004)
-    if name == "sgd":
-        return keras.optimizers.SGD(learning_rate=1e-3)
-    raise ValueError(f"Unknown optimizer {name!r}; expected 'adamw' or 'sgd'.")
+class _Timed(harness.Timed):
+    """One compiled model and its state, stepped by its own `train_function`.
 
+    On JAX the train function takes the model's state and returns the next
+    one, so the state stays here between calls.
+    """
 
-class _Timed:
-    """One compiled model and its state, stepped by its own `train_function`."""
-
-    def __init__(self, key, model, x, y, config):
+    def prepare(self, x, y, steps_per_execution):
         import jax
 
-        self.key = key
-        model.fit(x, y, batch_size=len(y), epochs=1, shuffle=False, verbose=0)
-        self.model = model
-        batch = jax.tree_util.tree_map(jax.numpy.asarray, (x, y))
-        self.iterator = iter(lambda: batch, None)  # the same batch, endlessly
+        del steps_per_execution  # one epoch of one batch builds the function
+        self.model.fit(x, y, batch_size=len(y), epochs=1, shuffle=False, verbose=0)
         copy = lambda v: jax.numpy.array(v.value, copy=True)  # noqa: E731
         self.state = (
-            [copy(v) for v in model.trainable_variables],
-            [copy(v) for v in model.non_trainable_variables],
-            [copy(v) for v in model.optimizer.variables],
-            [copy(v) for v in model.metrics_variables],
+            [copy(v) for v in self.model.trainable_variables],
+            [copy(v) for v in self.model.non_trainable_variables],
+            [copy(v) for v in self.model.optimizer.variables],
+            [copy(v) for v in self.model.metrics_variables],
         )
-        spe = config.steps_per_execution
-        self.calls = max(1, config.steps // spe)
-        self.steps = self.calls * spe
-        for _ in range(max(1, config.warmup_steps // spe)):
-            self._call()
+        batch = jax.tree_util.tree_map(jax.numpy.asarray, (x, y))
+        return iter(lambda: batch, None)  # the same batch, endlessly
 
-    def _call(self):
+    def call(self):
         logs, self.state = self.model.train_function(self.state, self.iterator)
         return logs
-
-    def time_step(self):
-        """Runs `steps` training steps; returns wall and CPU seconds per step."""
-        start, start_cpu = time.perf_counter(), time.process_time()
-        for _ in range(self.calls):
-            logs = self._call()
-        float(logs["loss"])
-        wall = time.perf_counter() - start
-        return wall / self.steps, (time.process_time() - start_cpu) / self.steps
 
 
 def _contender(config, model_name, mask):
@@ -187,12 +164,12 @@ def _contender(config, model_name, mask):
     model, x, y = build(config, model_class, np.random.default_rng(config.seed))
     _set_masks(model, mask, config.sparsity, config.seed)
     model.compile(
-        optimizer=_optimizer(config.optimizer),
+        optimizer=harness.optimizer(config.optimizer),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=True,
         steps_per_execution=config.steps_per_execution,
     )
-    return _Timed((model_name, mask), model, x, y, config)
+    return _Timed.of_config((model_name, mask), model, x, y, config)
 
 
 def _measure(config, model_name):
@@ -202,45 +179,20 @@ def _measure(config, model_name):
     times, cpu_times = harness.round_robin(contenders, config.repeats)
     rows = []
     for contender in contenders:
-        ratio, low, high = harness.paired_ratios(
-            times, contender.key, (model_name, "none")
-        )
-        cpu_ratio = harness.paired_ratios(
-            cpu_times, contender.key, (model_name, "none")
-        )[0]
         row = dict(zip(COLUMNS, contender.key))
         row.update(
-            step_ms=1e3 * statistics.median(times[contender.key]),
-            ratio_median=ratio,
-            ratio_min=low,
-            ratio_max=high,
-            cpu_ratio_median=cpu_ratio,
+            harness.ratio_row(times, cpu_times, contender.key, (model_name, "none"))
         )
         rows.append(row)
-        logging.info(
-            "%s %s: %.2f ms/step, ratio %.3f [%.3f, %.3f]",
-            *contender.key,
-            row["step_ms"],
-            ratio,
-            low,
-            high,
-        )
+        harness.log_ratio_row(" ".join(contender.key), row)
     return rows
 
 
 def format_table(rows):
     """Returns `rows` as a fixed-width text table, one line per contender."""
-    lines = [
-        f"{'model':5} {'mask':7} {'ms/step':>8} {'ratio':>6} {'spread':>13}"
-        f" {'cpu ratio':>9}"
-    ]
+    lines = [f"{'model':5} {'mask':7} {harness.RATIO_HEADER}"]
     for row in rows:
-        lines.append(
-            f"{row['model']:5} {row['mask']:7} {row['step_ms']:8.2f}"
-            f" {row['ratio_median']:6.3f}"
-            f" [{row['ratio_min']:.3f},{row['ratio_max']:.3f}]"
-            f" {row['cpu_ratio_median']:9.3f}"
-        )
+        lines.append(f"{row['model']:5} {row['mask']:7} {harness.ratio_cells(row)}")
     return "\n".join(lines)
 
 

@@ -22,8 +22,6 @@ in `benchmarks.harness`.
 """
 
 import dataclasses
-import logging
-import statistics
 
 import keras
 import numpy as np
@@ -35,11 +33,7 @@ from maskfit import pruning, sparse
 COLUMNS = (
     "mode",
     "contender",
-    "step_ms",
-    "ratio_median",
-    "ratio_min",
-    "ratio_max",
-    "cpu_ratio_median",
+    *harness.RATIO_COLUMNS,
     "updates_per_round",
 )
 BASELINE = "static"
@@ -169,31 +163,18 @@ def _measure(config, mode):
     times, cpu_times = harness.round_robin(contenders, config.repeats)
     rows = []
     for contender in contenders:
-        ratio, low, high = harness.paired_ratios(times, contender.key, BASELINE)
         rows.append(
             {
                 "mode": mode,
                 "contender": contender.key,
-                "step_ms": 1e3 * statistics.median(times[contender.key]),
-                "ratio_median": ratio,
-                "ratio_min": low,
-                "ratio_max": high,
-                "cpu_ratio_median": harness.paired_ratios(
-                    cpu_times, contender.key, BASELINE
-                )[0],
+                **harness.ratio_row(times, cpu_times, contender.key, BASELINE),
                 "updates_per_round": (
                     0 if contender.key in ("dense", "static") else config.rounds_of
                 ),
             }
         )
-        logging.info(
-            "%s %s: %.3f ms/step, over static %.3f [%.3f, %.3f]",
-            mode,
-            contender.key,
-            rows[-1]["step_ms"],
-            ratio,
-            low,
-            high,
+        harness.log_ratio_row(
+            f"{mode} {contender.key}", rows[-1], ratio="over static", ms_digits=3
         )
     return rows
 

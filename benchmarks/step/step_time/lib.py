@@ -1,8 +1,6 @@
 """Step time and memory of `MaskedModel.fit` against stock `keras.Model.fit`."""
 
 import dataclasses
-import logging
-import statistics
 
 import keras
 import numpy as np
@@ -19,11 +17,7 @@ COLUMNS = (
     "mode",
     "optimizer",
     "mask",
-    "step_ms",
-    "ratio_median",
-    "ratio_min",
-    "ratio_max",
-    "cpu_ratio_median",
+    *harness.RATIO_COLUMNS,
     "param_bytes",
     "mask_state_bytes",
     "snapshot_bytes",
@@ -116,14 +110,6 @@ def _set_masks(layers, mask, sparsity, seed):
             maskfit.set_mask(layer, maskfit.ElementMask({"kernel": keep}))
 
 
-def _optimizer(name):
-    if name == "adamw":
-        return keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.004)
-    if name == "sgd":
-        return keras.optimizers.SGD(learning_rate=1e-3)
-    raise ValueError(f"Unknown optimizer {name!r}; expected 'adamw' or 'sgd'.")
-
-
 def _nbytes(variable):
     return int(np.prod(variable.shape)) * tf.as_dtype(variable.dtype).size
 
@@ -150,7 +136,7 @@ def _contender(config, model_name, mode, optimizer, mask):
     model, layers, (x, y) = _build(config, model_name, masked=mask != "none")
     _set_masks(layers, mask, config.sparsity, config.seed)
     model.compile(
-        optimizer=_optimizer(optimizer),
+        optimizer=harness.optimizer(optimizer),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=mode == "jit",
         steps_per_execution=config.steps_per_execution,
@@ -175,8 +161,6 @@ def _measure(config, model_name, mode):
     for contender in contenders:
         _, _, optimizer, mask = contender.key
         stock = (model_name, mode, optimizer, "none")
-        ratio, low, high = harness.paired_ratios(times, contender.key, stock)
-        cpu_ratio = harness.paired_ratios(cpu_times, contender.key, stock)[0]
         params, state, snapshot = contender.memory
         rows.append(
             {
@@ -184,43 +168,28 @@ def _measure(config, model_name, mode):
                 "mode": mode,
                 "optimizer": optimizer,
                 "mask": mask,
-                "step_ms": 1e3 * statistics.median(times[contender.key]),
-                "ratio_median": ratio,
-                "ratio_min": low,
-                "ratio_max": high,
-                "cpu_ratio_median": cpu_ratio,
+                **harness.ratio_row(times, cpu_times, contender.key, stock),
                 "param_bytes": params,
                 "mask_state_bytes": state,
                 "snapshot_bytes": snapshot,
             }
         )
-        logging.info(
-            "%s %s %s %s: %.2f ms/step, ratio %.3f [%.3f, %.3f]",
-            *contender.key,
-            rows[-1]["step_ms"],
-            rows[-1]["ratio_median"],
-            rows[-1]["ratio_min"],
-            rows[-1]["ratio_max"],
-        )
+        harness.log_ratio_row(" ".join(contender.key), rows[-1])
     return rows
 
 
 def format_table(rows):
     """Returns `rows` as a fixed-width text table, one line per contender."""
     lines = [
-        f"{'model':5} {'mode':5} {'optimizer':9} {'mask':7} {'ms/step':>8}"
-        f" {'ratio':>6} {'spread':>13} {'cpu ratio':>9} {'mask state':>10}"
-        f" {'snapshot':>8}"
+        f"{'model':5} {'mode':5} {'optimizer':9} {'mask':7} {harness.RATIO_HEADER}"
+        f" {'mask state':>10} {'snapshot':>8}"
     ]
     for row in rows:
         state = row["mask_state_bytes"] / row["param_bytes"]
         snapshot = row["snapshot_bytes"] / row["param_bytes"]
         lines.append(
             f"{row['model']:5} {row['mode']:5} {row['optimizer']:9} {row['mask']:7}"
-            f" {row['step_ms']:8.2f} {row['ratio_median']:6.3f}"
-            f" [{row['ratio_min']:.3f},{row['ratio_max']:.3f}]"
-            f" {row['cpu_ratio_median']:9.3f}"
-            f" {state:10.2%} {snapshot:8.2%}"
+            f" {harness.ratio_cells(row)} {state:10.2%} {snapshot:8.2%}"
         )
     return "\n".join(lines)
 

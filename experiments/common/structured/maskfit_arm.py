@@ -25,27 +25,13 @@ import keras
 import numpy as np
 
 import maskfit
-from experiments.common import latency, model_cost
+from experiments.common import latency, model_cost, training
 from experiments.common.structured import models as structured_models
 from experiments.common.structured import schedule as structured_schedule
 from experiments.common.structured import train as structured_train
 from experiments.common.structured import widths as structured_widths
 
 __all__ = ["run_arm", "shapes"]
-
-
-class _StepTimes(keras.callbacks.Callback):
-    """Wall time of every training step (the benchmark's only per-step work)."""
-
-    def __init__(self):
-        super().__init__()
-        self.seconds = []
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.seconds.append(time.perf_counter() - self._start)
 
 
 def _fit_steps(model, data, order, callback):
@@ -121,7 +107,7 @@ def _prune_and_finetune(arch, state, data, order, budget, fraction, settings):
     if fraction:
         schedule = structured_schedule.budget_schedule(examples, budget, fraction)
     model, setup_seconds = _copy_of(arch, state, budget, settings, schedule)
-    timer = _StepTimes()
+    timer = training.StepTimes()  # the benchmark's only per-step work
     _fit_steps(model, data, order, timer)
     # order[0] is the last dense step (it traces the step function); then the
     # pruning epochs, then the fine-tuning ones.
@@ -206,7 +192,7 @@ def run_arm(arch, data, fractions, budget, seeds, settings):
             arch, seed=seed, model_class=maskfit.MaskedModel
         )
         _compile(dense, budget, settings)
-        timer = _StepTimes()
+        timer = training.StepTimes()
         if dense_steps > 1:
             _fit_steps(dense, data, order[: dense_steps - 1], timer)
         # The state before the last dense step: each fraction's copy starts
