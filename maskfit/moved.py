@@ -31,53 +31,41 @@ __all__ = ["MOVED", "REMOVED_IN", "install"]
 
 REMOVED_IN = "0.4.0"
 
-_K = "maskfit.kinds."
-_S = "maskfit.structured."
+# One row per module that moved (the first two are the 0.1.0 paths that 0.2.0
+# kept as shim modules): its old path, then its new path, or the
+# paths it was split into (each of its names is looked up there, in order).
+_TABLE = """
+maskfit.mask_rules                     maskfit.spec.rules
+maskfit.dropped_entries                maskfit.optim.traits
+maskfit.kinds.record                   maskfit.records
+maskfit.structured.couplings           maskfit.kinds.couplings.base maskfit.kinds.couplings.calls maskfit.kinds.couplings.lookup
+maskfit.structured.coupling_parts      maskfit.kinds.couplings.parts
+maskfit.structured.declared_check      maskfit.kinds.couplings.check
+maskfit.structured.channel_map         maskfit.kinds.couplings.channel_map
+maskfit.structured.couplings_keras     maskfit.kinds.couplings.producer maskfit.kinds.dense maskfit.kinds.conv maskfit.kinds.normalization maskfit.kinds.elementwise
+maskfit.structured.couplings_passing   maskfit.kinds.elementwise maskfit.kinds.normalization maskfit.kinds.reshaping
+maskfit.structured.couplings_sequence  maskfit.kinds.recurrent maskfit.kinds.wrappers maskfit.kinds.attention
+maskfit.structured.couplings_ops       maskfit.kinds.ops
+maskfit.structured.couplings_hub       maskfit.structured.hub.couplings
+maskfit.structured.hub_check           maskfit.structured.hub.check
+maskfit.structured.hub_shrink          maskfit.structured.hub.shrink
+maskfit.structured.hub_stock           maskfit.structured.hub.stock
+maskfit.structured.hub_twins           maskfit.structured.hub.twins
+maskfit.structured.keras_graph         maskfit.structured.graph.keras_graph
+maskfit.structured.unit_graph          maskfit.structured.graph.dependency
+maskfit.structured.unit_nodes          maskfit.structured.graph.nodes maskfit.kinds.couplings.calls
+maskfit.structured.explain             maskfit.structured.graph.explain
+maskfit.structured.importance          maskfit.structured.scoring.importance
+maskfit.structured.activation          maskfit.structured.scoring.activation
+maskfit.structured.unit_choice         maskfit.structured.scoring.choice
+maskfit.structured.structured          maskfit.structured.prune
+maskfit.structured.unit_rule           maskfit.structured.rule
+"""
 
 # {old module path: new module path, or a tuple of them where it was split}.
 MOVED = {
-    # 0.1.0's paths of the mask rules and the dropped-entry traits.
-    "maskfit.mask_rules": "maskfit.spec.rules",
-    "maskfit.dropped_entries": "maskfit.optim.traits",
-    # 0.3.0: the record type below maskfit.units; the coupling classes beside
-    # the records that name them (maskfit.kinds), structured/ by idea.
-    "maskfit.kinds.record": "maskfit.records",
-    _S + "couplings": (
-        _K + "couplings.base",
-        _K + "couplings.calls",
-        _K + "couplings.lookup",
-    ),
-    _S + "coupling_parts": _K + "couplings.parts",
-    _S + "declared_check": _K + "couplings.check",
-    _S + "channel_map": _K + "couplings.channel_map",
-    _S + "couplings_keras": (
-        _K + "couplings.producer",
-        _K + "dense",
-        _K + "conv",
-        _K + "normalization",
-        _K + "elementwise",
-    ),
-    _S + "couplings_passing": (
-        _K + "elementwise",
-        _K + "normalization",
-        _K + "reshaping",
-    ),
-    _S + "couplings_sequence": (_K + "recurrent", _K + "wrappers", _K + "attention"),
-    _S + "couplings_ops": _K + "ops",
-    _S + "couplings_hub": _S + "hub.couplings",
-    _S + "hub_check": _S + "hub.check",
-    _S + "hub_shrink": _S + "hub.shrink",
-    _S + "hub_stock": _S + "hub.stock",
-    _S + "hub_twins": _S + "hub.twins",
-    _S + "keras_graph": _S + "graph.keras_graph",
-    _S + "unit_graph": _S + "graph.dependency",
-    _S + "unit_nodes": (_S + "graph.nodes", _K + "couplings.calls"),
-    _S + "explain": _S + "graph.explain",
-    _S + "importance": _S + "scoring.importance",
-    _S + "activation": _S + "scoring.activation",
-    _S + "unit_choice": _S + "scoring.choice",
-    _S + "structured": _S + "prune",
-    _S + "unit_rule": _S + "rule",
+    old: new[0] if len(new) == 1 else tuple(new)
+    for old, *new in (row.split() for row in _TABLE.strip().splitlines())
 }
 
 

@@ -1,6 +1,6 @@
 """Private members of Keras that hold a functional or Sequential model's graph.
 
-Part of `maskfit.internals`: structured pruning (`maskfit.structured.keras_graph`)
+Part of `maskfit.internals`: structured pruning (`maskfit.structured.graph.keras_graph`)
 walks a model's layer calls, with the arguments each was called with, and
 names a shrunk model's inputs as the original's. Keras 3 keeps all of that
 in private members and has no public API for it (`model.layers` lists
@@ -67,23 +67,35 @@ def nodes_by_depth(model):
     return functional._nodes_by_depth
 
 
+def call_nodes(model):
+    """The graph nodes of a functional model's (or built Sequential's) calls, in order.
+
+    One `Node` per call of a layer or op (model inputs left out), each after
+    the calls it reads (Keras's own order, which layer-wise depth and
+    structured pruning both walk).
+    """
+    by_depth = nodes_by_depth(model)
+    return [
+        node
+        for depth in sorted(by_depth, reverse=True)
+        for node in by_depth[depth]
+        if node.operation is not None
+        and not node.is_input
+        and not isinstance(node.operation, keras.layers.InputLayer)
+    ]
+
+
 def calls(model):
     """Returns `(inputs, calls, outputs)` of a functional model or a built Sequential.
 
     `inputs` and `outputs` are the model's KerasTensors, flattened; `calls` is a
-    list of `(operation, input_tensors, output_tensors)`, one per call of a
-    layer or op (model inputs left out), each after the calls it reads
-    (layer-wise depth walks them in this order).
+    list of `(operation, input_tensors, output_tensors)`, one per node of
+    `call_nodes`.
     """
-    by_depth = nodes_by_depth(model)
-    found = []
-    for depth in sorted(by_depth, reverse=True):
-        for node in by_depth[depth]:
-            if node.operation is None or node.is_input:
-                continue
-            if isinstance(node.operation, keras.layers.InputLayer):
-                continue
-            found.append((node.operation, list(node.input_tensors), list(node.outputs)))
+    found = [
+        (node.operation, list(node.input_tensors), list(node.outputs))
+        for node in call_nodes(model)
+    ]
     return keras.tree.flatten(model.inputs), found, keras.tree.flatten(model.outputs)
 
 

@@ -4,7 +4,7 @@
 operation (not a layer) in the graph. Element-wise ones pass units on (and
 join the channels of the tensors they combine, broadcast or not);
 reductions pass them on unless they reduce over them; those that move
-positions are read by running them (`maskfit.structured.couplings_ops`).
+positions are read by running them (`Moves`, below).
 Any other operation keeps the units it reads, and `explain` names it.
 Operations have no weights: their only record is this coupling, keyed by
 the class name of Keras's operation.

@@ -48,6 +48,31 @@ class _Shrunk:
     def note(self, layer, key):
         return self.graph.note(layer, key)
 
+    def copy(self, old, new, where, advice):
+        """Assigns the `old` weights, cut to the kept units, to the `new` ones.
+
+        Args:
+          old, new: the pruned model's weights and their smaller copies, in order.
+          where: what is copied, to begin each error ("shrink: layer 'dense'").
+          advice: what the error says to do.
+
+        Raises:
+          ValueError: when the counts or a cut weight's shape do not match.
+        """
+        if len(old) != len(new):
+            raise ValueError(
+                f"{where} has {len(old)} weights but its smaller copy {len(new)};"
+                f" {advice}"
+            )
+        for source, target in zip(old, new):
+            value = self.cut(source)
+            if value.shape != tuple(target.shape):
+                raise ValueError(
+                    f"{where}: '{source.path}' cut to shape {value.shape} does not"
+                    f" fit '{target.path}' of shape {tuple(target.shape)}; {advice}"
+                )
+            target.assign(value)
+
 
 def shrink(model, selection=None, uniform=False):
     """Returns a stock Keras model without the removed units, its outputs unchanged.
@@ -219,17 +244,9 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
 
 
 def _copy_weights(old, new, shrunk):
-    if len(old.weights) != len(new.weights):
-        raise ValueError(
-            f"shrink: layer '{old.name}' has {len(old.weights)} weights but its"
-            f" smaller copy {len(new.weights)}; this is a bug in its coupling."
-        )
-    for source, target in zip(old.weights, new.weights):
-        value = shrunk.cut(source)
-        if value.shape != tuple(target.shape):
-            raise ValueError(
-                f"shrink: '{source.path}' cut to shape {value.shape} does not fit"
-                f" '{target.path}' of shape {tuple(target.shape)}; this is a bug in"
-                f" the coupling of {type(old).__name__}."
-            )
-        target.assign(value)
+    shrunk.copy(
+        old.weights,
+        new.weights,
+        f"shrink: layer '{old.name}'",
+        f"this is a bug in the coupling of {type(old).__name__}.",
+    )

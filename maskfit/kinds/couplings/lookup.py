@@ -9,8 +9,6 @@ coupling of a `keras.ops` operation, the fallbacks other packages add
 refusal that says how to declare one.
 """
 
-import inspect
-
 import keras
 
 from maskfit import records
@@ -48,13 +46,7 @@ def register_coupling(layer_class, coupling):
     ...     pass
     >>> pruning.register_coupling(MyDense, pruning.coupling_of(keras.layers.Dense(1)))
     """
-    if not (
-        inspect.isclass(layer_class) and issubclass(layer_class, keras.layers.Layer)
-    ):
-        raise TypeError(
-            "register_coupling expects a keras.layers.Layer subclass first."
-            f" Received: {layer_class!r}"
-        )
+    records.check_layer_class(layer_class, "register_coupling")
     if coupling is None:
         _LOOKUP.register(layer_class, None)
     elif isinstance(coupling, Coupling) or callable(coupling):

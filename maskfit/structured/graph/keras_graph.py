@@ -67,25 +67,12 @@ def graph_of(model):
             " cannot be read). Build the model with keras.Input and the"
             " functional API, or give the Sequential model an Input first."
         )
-    by_depth = graphs.nodes_by_depth(model)
     calls = []
-    for depth in sorted(by_depth, reverse=True):
-        for node in by_depth[depth]:
-            if node.operation is None or node.is_input:
-                continue
-            if isinstance(node.operation, keras.layers.InputLayer):
-                continue
-            args, kwargs = graphs.node_arguments(node)
-            calls.append(
-                Call(
-                    node.operation,
-                    _bind(node.operation, args, kwargs),
-                    list(node.input_tensors),
-                    list(node.outputs),
-                    args,
-                    kwargs,
-                )
-            )
+    for node in graphs.call_nodes(model):
+        args, kwargs = graphs.node_arguments(node)
+        arguments = _bind(node.operation, args, kwargs)
+        inputs, outputs = list(node.input_tensors), list(node.outputs)
+        calls.append(Call(node.operation, arguments, inputs, outputs, args, kwargs))
     inputs = keras.tree.flatten(model.inputs)
     outputs = keras.tree.flatten(model.outputs)
     return inputs, calls, outputs

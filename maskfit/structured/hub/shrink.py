@@ -152,20 +152,10 @@ def _backbone(origin, shrunk):
         cls = hub_twins.twin_class(name)
         config = hub_twins.twin_config(name, config, head_dim)
     small = cls.from_config(config)
-    old, new = origin.weights, small.weights
-    if len(old) != len(new):
-        raise ValueError(
-            f"shrink(uniform=True): {type(origin).__name__} rebuilt from its config"
-            f" has {len(new)} weights, the pruned one {len(old)}; its class cannot"
-            " be kept. Shrink with uniform=False."
-        )
-    for source, target in zip(old, new):
-        value = shrunk.cut(source)
-        if value.shape != tuple(target.shape):
-            raise ValueError(
-                f"shrink(uniform=True): '{source.path}' cut to {value.shape} does"
-                f" not fit '{target.path}' {tuple(target.shape)} of the rebuilt"
-                f" {type(origin).__name__}. Shrink with uniform=False."
-            )
-        target.assign(value)
+    shrunk.copy(
+        origin.weights,
+        small.weights,
+        f"shrink(uniform=True): {type(origin).__name__}",
+        "its class cannot be kept with this selection. Shrink with uniform=False.",
+    )
     return small
