@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit.kinds.couplings.parts import named_variable
-from maskfit.units import probe
+from maskfit.units import backprop, probe
 
 __all__ = ["check", "depends_on_channel"]
 
@@ -35,7 +35,7 @@ def _sample(shape, rng):
     shape = [
         _BATCH if i == 0 else (_FILL if d is None else d) for i, d in enumerate(shape)
     ]
-    return tf.constant(rng.normal(size=shape), tf.float32)
+    return rng.normal(size=shape).astype("float32")
 
 
 def _call(layer, x, mapping):
@@ -87,18 +87,17 @@ def depends_on_channel(
                 index = [slice(None)] * value.ndim
                 index[zero_axis] = channel
                 value[tuple(index)] = 0.0
-        mapping.append((variable, tf.constant(value, variable.dtype)))
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        y = tf.convert_to_tensor(_call(layer, x, mapping))
+        mapping.append((variable, keras.ops.convert_to_tensor(value, variable.dtype)))
+
+    def output(x):
+        y = _call(layer, x, mapping)
         if out_channel is not None:
-            y = tf.gather(y, [out_channel], axis=axis % len(y.shape))
-        weights = tf.constant(rng.uniform(0.5, 1.5, size=y.shape), y.dtype)
-        total = tf.reduce_sum(y * weights)
-    gradient = tape.gradient(
-        total, x, unconnected_gradients=tf.UnconnectedGradients.ZERO
-    )
-    gradient = np.moveaxis(np.asarray(gradient), axis, -1)
+            y = keras.ops.take(y, [out_channel], axis=axis % len(y.shape))
+        return y
+
+    # Taken by the backend that runs the layer (`maskfit.units.backprop`).
+    (gradient,) = backprop.projected_gradients(output, [x], rng)
+    gradient = np.moveaxis(gradient, axis, -1)
     return np.any(gradient.reshape(-1, gradient.shape[-1]) != 0, axis=0)
 
 

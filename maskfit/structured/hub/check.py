@@ -18,7 +18,8 @@ import inspect
 
 import keras
 import numpy as np
-import tensorflow as tf
+
+from maskfit.units import backprop
 
 __all__ = ["check"]
 
@@ -31,12 +32,16 @@ def _inputs(call, rng):
         _BATCH if i == 0 else (_FILL if d is None else d)
         for i, d in enumerate(call.input_shape(0))
     ]
-    return tf.constant(rng.normal(size=shape), tf.float32)
+    return rng.normal(size=shape).astype("float32")
 
 
 def _gradients(layer, x, values, zeroed, seed):
-    """Gradients of a random projection of `layer(x)` with respect to its weights."""
-    mapping = []
+    """Gradients of a random projection of `layer(x)` with respect to its weights.
+
+    Taken by the backend that runs the layer (`maskfit.units.backprop`): a
+    TensorFlow tape sees nothing of a JAX computation.
+    """
+    arrays = []
     for variable, value in zip(layer.weights, values):
         value = value.copy()
         for target, axis, positions in zeroed:
@@ -44,22 +49,21 @@ def _gradients(layer, x, values, zeroed, seed):
                 index = [slice(None)] * value.ndim
                 index[axis] = positions
                 value[tuple(index)] = 0.0
-        mapping.append(tf.constant(value, variable.dtype))
+        arrays.append(
+            keras.ops.convert_to_numpy(
+                keras.ops.convert_to_tensor(value, variable.dtype)
+            )
+        )
     kwargs = {}
     if "training" in inspect.signature(layer.call).parameters:
         kwargs["training"] = False
-    with tf.GradientTape() as tape:
-        tape.watch(mapping)
-        with keras.StatelessScope(state_mapping=list(zip(layer.weights, mapping))):
-            y = layer(x, **kwargs)
-        y = tf.convert_to_tensor(keras.tree.flatten(y)[0])
-        rng = np.random.default_rng(seed)
-        weights = tf.constant(rng.uniform(0.5, 1.5, size=y.shape), y.dtype)
-        total = tf.reduce_sum(y * weights)
-    gradients = tape.gradient(
-        total, mapping, unconnected_gradients=tf.UnconnectedGradients.ZERO
-    )
-    return {id(v): np.asarray(g) for v, g in zip(layer.weights, gradients)}
+
+    def run(*mapped):
+        with keras.StatelessScope(state_mapping=list(zip(layer.weights, mapped))):
+            return keras.tree.flatten(layer(x, **kwargs))[0]
+
+    gradients = backprop.projected_gradients(run, arrays, np.random.default_rng(seed))
+    return {id(v): g for v, g in zip(layer.weights, gradients)}
 
 
 def _problem(layer, x, values, space, sliced, node, before, seed):
