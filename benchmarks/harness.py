@@ -1,6 +1,7 @@
 """What the benchmarks share: timed contenders in turn, paired ratios, the machine.
 
-Each benchmark builds its contenders as `Timed` (one compiled model and a
+Each benchmark's `Config` takes its timing settings from `TimingConfig`,
+builds its contenders as `Timed` (one compiled model and a
 fixed batch; `optimizer` makes the step-time benchmarks' optimizers by name),
 times them with `round_robin`, reports `paired_ratios` against its baseline
 (`ratio_row` holds a contender's step time and ratios, `log_ratio_row` logs
@@ -26,6 +27,7 @@ __all__ = [
     "RATIO_COLUMNS",
     "RATIO_HEADER",
     "Timed",
+    "TimingConfig",
     "log_ratio_row",
     "machine",
     "optimizer",
@@ -38,6 +40,56 @@ __all__ = [
     "write_json",
     "write_text",
 ]
+
+
+class TimingConfig:
+    """The settings every step-time benchmark's `Config` shares: how it times.
+
+    A config dataclass (frozen or not) that subclasses it gets these fields,
+    after its own, with the defaults it names as class keywords and
+    `benchmarks.step_time`'s for the others; `steps=None` leaves out `steps`,
+    for a benchmark whose rounds' steps follow from its other settings. The
+    docstring below gives each its flag's help (`experiments.common.cli`).
+
+        @dataclasses.dataclass(frozen=True)
+        class Config(harness.TimingConfig, steps=50, warmup_steps=5):
+            batch: int = 64  # its own fields, documented in its docstring
+
+    Attributes:
+      steps: Steps per timed round.
+      steps_per_execution: Steps per train_function.
+      warmup_steps: Untimed steps per contender.
+      repeats: Rounds over all contenders.
+      seed: Seed of the weights and the data.
+    """
+
+    def __init_subclass__(
+        cls, steps=20, steps_per_execution=5, warmup_steps=10, repeats=5, seed=0
+    ):
+        super().__init_subclass__()
+        defaults = dict(
+            steps=steps,
+            steps_per_execution=steps_per_execution,
+            warmup_steps=warmup_steps,
+            repeats=repeats,
+            seed=seed,
+        )
+        # Declared on the subclass itself, before its dataclass decorator
+        # reads its annotations: a dataclass base would have to match the
+        # subclass's frozen or not, and each other default would be a field
+        # declared again in every subclass.
+        annotations = dict(cls.__dict__.get("__annotations__", {}))
+        for name, default in defaults.items():
+            if name in annotations:
+                raise TypeError(
+                    f"`{cls.__qualname__}` declares `{name}`, a field of"
+                    f" TimingConfig: give its default as a class keyword,"
+                    f" `{name}=...`, instead."
+                )
+            if default is not None:
+                annotations[name] = int
+                setattr(cls, name, default)
+        cls.__annotations__ = annotations
 
 
 class Timed:

@@ -45,38 +45,30 @@ FAR = 10**9
 
 
 @dataclasses.dataclass
-class Config:
+class Config(harness.TimingConfig, steps_per_execution=10, warmup_steps=20, repeats=10):
     """What to measure; the defaults are issue 13's.
+
+    The timing fields and `seed` of `harness.TimingConfig`, and:
 
     Attributes:
       depth: Hidden Dense layers (step time).
       width: Units per hidden layer (step time).
       batch: Batch size.
       frozen_layers: Layers frozen, from the first.
-      steps_per_execution: Steps per train_function.
-      steps: Steps per timed round.
-      warmup_steps: Untimed steps per contender.
-      repeats: Rounds over all contenders.
       jit_compile: Compile the steps with XLA.
       memory_width: Units per layer (memory).
       memory_steps: Steps of the memory runs.
       memory_contenders: Contenders whose memory is measured.
-      seed: Seed of the weights and the data.
     """
 
     depth: int = 4
     width: int = 1024
     batch: int = 256
     frozen_layers: int = 3
-    steps_per_execution: int = 10
-    steps: int = 20
-    warmup_steps: int = 20
-    repeats: int = 10
     jit_compile: bool = False
     memory_width: int = 2048
     memory_steps: int = 30
     memory_contenders: tuple = MEMORY
-    seed: int = 0
 
 
 def build(config, name, width=None):

@@ -30,9 +30,12 @@ _STEP_TIME = step_time.Config()
 
 
 @dataclasses.dataclass
-class Config:
+class Config(harness.TimingConfig):
     """What to measure; the MLP, the sparsity and the timing default to
-    `benchmarks.step_time`'s (`_STEP_TIME`), so that the two tables compare.
+    `benchmarks.step_time`'s (`_STEP_TIME`; both time as `harness.TimingConfig`
+    says), so that the two tables compare.
+
+    The timing fields and `seed` of `harness.TimingConfig`, and:
 
     Attributes:
       models: Models: mlp, bert.
@@ -49,11 +52,6 @@ class Config:
       bert_sequence: Tokens per example.
       bert_batch: BERT batch size.
       sparsity: Frozen share under ElementMask.
-      steps: Steps per timed round.
-      steps_per_execution: Steps per train_function call.
-      warmup_steps: Untimed steps per contender.
-      repeats: Rounds over all contenders.
-      seed: Seed of the weights and the data.
     """
 
     models: tuple = ("mlp", "bert")
@@ -70,11 +68,6 @@ class Config:
     bert_sequence: int = 128
     bert_batch: int = 32
     sparsity: float = _STEP_TIME.sparsity
-    steps: int = _STEP_TIME.steps
-    steps_per_execution: int = _STEP_TIME.steps_per_execution
-    warmup_steps: int = _STEP_TIME.warmup_steps
-    repeats: int = _STEP_TIME.repeats
-    seed: int = _STEP_TIME.seed
 
 
 def _mlp(config, model_class, rng):

@@ -40,8 +40,17 @@ BASELINE = "static"
 
 
 @dataclasses.dataclass
-class Config:
+class Config(
+    harness.TimingConfig,
+    steps=None,
+    steps_per_execution=20,
+    warmup_steps=200,
+    repeats=7,
+):
     """What to measure; `delta_t=100` is the issue's.
+
+    The fields of `harness.TimingConfig` but `steps` (a round is `rounds_of`
+    update periods), and:
 
     Attributes:
       contenders: From dense, static, pruning, set, rigl (`CONTENDERS`).
@@ -54,10 +63,6 @@ class Config:
       delta_t: Steps between updates.
       alpha: Initial drop fraction of SET and RigL.
       rounds_of: Update periods per timed round.
-      steps_per_execution: Steps per call.
-      warmup_steps: Untimed steps.
-      repeats: Rounds per contender.
-      seed: Seed of the weights and the data.
     """
 
     contenders: tuple = ("dense", "static", "pruning", "set", "rigl")
@@ -70,10 +75,6 @@ class Config:
     delta_t: int = 100
     alpha: float = 0.3
     rounds_of: int = 2
-    steps_per_execution: int = 20
-    warmup_steps: int = 200
-    repeats: int = 7
-    seed: int = 0
 
     def __post_init__(self):
         self.contenders = tuple(self.contenders)

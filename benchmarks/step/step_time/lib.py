@@ -25,8 +25,10 @@ COLUMNS = (
 
 
 @dataclasses.dataclass
-class Config:
+class Config(harness.TimingConfig):
     """What to measure; the defaults are the sizes of issue #7.
+
+    The timing fields and `seed` of `harness.TimingConfig`, and:
 
     Attributes:
       models: Models: mlp, cnn.
@@ -41,11 +43,6 @@ class Config:
       cnn_batch: CNN batch size.
       classes: Classes of the data.
       sparsity: Frozen share under ElementMask.
-      steps: Steps per timed round.
-      steps_per_execution: Steps per train_function.
-      warmup_steps: Untimed steps per contender.
-      repeats: Rounds over all contenders.
-      seed: Seed of the weights and the data.
     """
 
     models: tuple = ("mlp", "cnn")
@@ -60,11 +57,6 @@ class Config:
     cnn_batch: int = 128
     classes: int = 10
     sparsity: float = 0.9
-    steps: int = 20
-    steps_per_execution: int = 5
-    warmup_steps: int = 10
-    repeats: int = 5
-    seed: int = 0
 
 
 def _build(config, model_name, masked):

@@ -31,30 +31,24 @@ CONTENDERS = ("keras", "masked", "units", "units_each_step")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(
+    harness.TimingConfig, steps=50, steps_per_execution=1, warmup_steps=5, repeats=10
+):
     """What to measure: one MLP's step while its units are pruned.
+
+    The timing fields and `seed` of `harness.TimingConfig`, and:
 
     Attributes:
       widths: Units of the input, each hidden layer and the output.
       batch: Batch size.
-      steps: Steps per timed round.
-      steps_per_execution: Steps per train_function.
-      warmup_steps: Untimed steps per contender.
-      repeats: Rounds over all contenders.
       frequency: Steps between two pruning updates.
       jit_compile: Compile the step with XLA.
-      seed: Seed of the weights and the data.
     """
 
     widths: tuple = (64, 1024, 1024, 10)
     batch: int = 64
-    steps: int = 50
-    steps_per_execution: int = 1
-    warmup_steps: int = 5
-    repeats: int = 10
     frequency: int = 10
     jit_compile: bool = False
-    seed: int = 0
 
 
 def _model(config, kind):
