@@ -96,24 +96,33 @@ class SizeReport(NamedTuple):
         return "\n".join(lines)
 
 
-def _sizes(model, prefix=""):
-    """`{path: (kind, params, macs)}` of every layer call in `model`'s graph."""
+def _sizes(model, prefix="", counted=None):
+    """`{path: (kind, params, macs)}` of every layer call in `model`'s graph.
+
+    Each variable counts once, where the graph first calls a layer that holds
+    it: a tied embedding called again as the output projection (keras_hub's
+    `ReversibleEmbedding` in a causal LM) adds its MACs, not its parameters
+    again, so the parameters add up to `model.count_params()`.
+    """
+    counted = set() if counted is None else counted
     found = {}
     _, calls, _ = keras_graph.graph_of(model)
     for call in calls:
         layer = call.layer
         path = prefix + layer.name
         if keras_graph.is_graph_model(layer):
-            found.update(_sizes(layer, path + "/"))
+            found.update(_sizes(layer, path + "/", counted))
             continue
-        params = sum(size(v) for v in getattr(layer, "weights", ()))  # ops: none
+        new = [v for v in getattr(layer, "weights", ()) if id(v) not in counted]
+        counted.update(id(v) for v in new)
+        params = sum(size(v) for v in new)  # ops: none
         macs = macs_of(
             layer,
             [tuple(t.shape) for t in call.inputs],
             [tuple(t.shape) for t in call.outputs],
         )
         kind, old_params, old_macs = found.get(path, (type(layer).__name__, 0, 0))
-        found[path] = (kind, params if not old_params else old_params, old_macs + macs)
+        found[path] = (kind, old_params + params, old_macs + macs)
     return found
 
 
