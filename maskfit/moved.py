@@ -33,6 +33,10 @@ MOVED = {
     # 0.1.0's paths of the mask rules and the dropped-entry traits.
     "maskfit.mask_rules": "maskfit.spec.rules",
     "maskfit.dropped_entries": "maskfit.optim.traits",
+    # 0.3.0: the rules' modules of the step became the package `step.rules`.
+    "maskfit.step.rule_keeps": "maskfit.step.rules.keeps",
+    "maskfit.step.rule_runner": "maskfit.step.rules.runner",
+    "maskfit.step.rule_update": "maskfit.step.rules.update",
 }
 
 

@@ -3,7 +3,7 @@
 A `MaskRule` declared on a layer with `set_rule` covers some of the layer's
 variables (or, for a model or a block of layers, of its sublayers). For each
 covered variable the step keeps a *keep* mask as state (bool, the variable's
-shape, all True at first; `maskfit.step.rule_keeps`). In every training step,
+shape, all True at first; `maskfit.step.rules.keeps`). In every training step,
 before the forward pass, the rule says whether it updates its masks; when it
 does, it computes new keep masks from the weights, the newly dropped entries
 are set to +0.0, and from then on a dropped entry is 0 after every step: its
