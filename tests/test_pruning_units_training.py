@@ -15,10 +15,10 @@ import structured_models as models
 import tensorflow as tf
 
 import maskfit
-from maskfit import paths
-from maskfit.spec import rules as mask_rules
 from maskfit import model as model_lib
+from maskfit import paths
 from maskfit.optim import traits
+from maskfit.spec import rules as mask_rules
 from maskfit.structured import unit_choice
 
 pruning = maskfit.pruning
