@@ -75,16 +75,27 @@ def calls(model):
     layer or op (model inputs left out), each after the calls it reads
     (layer-wise depth walks them in this order).
     """
+    found = [
+        (node.operation, list(node.input_tensors), list(node.outputs))
+        for node in layer_nodes(model)
+    ]
+    return keras.tree.flatten(model.inputs), found, keras.tree.flatten(model.outputs)
+
+
+def layer_nodes(model):
+    """The nodes of a model's layer and op calls, each after the nodes it reads.
+
+    The nodes of `nodes_by_depth`, deepest first, without the model's inputs
+    (input nodes, `InputLayer`s).
+    """
     by_depth = nodes_by_depth(model)
-    found = []
     for depth in sorted(by_depth, reverse=True):
         for node in by_depth[depth]:
             if node.operation is None or node.is_input:
                 continue
             if isinstance(node.operation, keras.layers.InputLayer):
                 continue
-            found.append((node.operation, list(node.input_tensors), list(node.outputs)))
-    return keras.tree.flatten(model.inputs), found, keras.tree.flatten(model.outputs)
+            yield node
 
 
 def node_arguments(node):

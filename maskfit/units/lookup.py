@@ -9,8 +9,7 @@ attention layers read their inner layers' through `output_units_of`.
 
 import inspect
 
-import keras
-
+from maskfit import checks
 from maskfit.kinds import record
 from maskfit.units.declaration import DECLARATION_METHOD, OutputUnits, refusal
 
@@ -47,13 +46,7 @@ def register_output_units(layer_class, declare):
     >>> layer.build((None, 3))
     >>> _ = maskfit.set_mask(layer, maskfit.OutputMask([1, 0]))
     """
-    if not (
-        inspect.isclass(layer_class) and issubclass(layer_class, keras.layers.Layer)
-    ):
-        raise TypeError(
-            "register_output_units expects a keras.layers.Layer subclass first."
-            f" Received: {layer_class!r}"
-        )
+    checks.check_layer_class(layer_class, "register_output_units")
     if declare is None:
         _LOOKUP.register(layer_class, None)
     elif inspect.isclass(declare):
