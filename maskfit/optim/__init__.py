@@ -11,4 +11,7 @@
 - `hooks`: `MultiplierHooks`, the hooks on one optimizer that both put in
   (its `update_step`, weight decay and learning rate at learning rate x m).
 - `rate_modes`: how each Keras optimizer class takes that multiplier.
+
+It imports `internals`, `checks` and `paths` only: what an optimizer is and
+does, not how a step uses it (`maskfit.step` imports it).
 """

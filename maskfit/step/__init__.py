@@ -16,7 +16,9 @@
   and prepared.
 - `split`: under XLA, a step with rules compiled with and without their
   updates, one picked per step.
+- `stateless`: the masking stage as a pure function in `keras.ops`, which
+  the JAX backend runs.
 
-It imports `internals`, `spec`, `optim`, `paths` and `checks`, never
-`model`, `backend` or the products above them.
+It imports `internals`, `spec`, `optim` and `paths`, never `model`,
+`backend` or the products above them.
 """
