@@ -1,8 +1,11 @@
 """Checks of user input that several modules share: integers, reals, variables by name."""
 
+import inspect
 import numbers
 
-__all__ = ["find_variable", "is_integer", "is_real"]
+import keras
+
+__all__ = ["check_layer_class", "find_variable", "is_integer", "is_real"]
 
 
 def is_integer(value):
@@ -19,6 +22,29 @@ def is_integer(value):
 def is_real(value):
     """Whether `value` is a real number (an integer too), and not a bool."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_layer_class(layer_class, where):
+    """Raises a TypeError unless `layer_class` is a `keras.layers.Layer` subclass.
+
+    For the registries keyed by layer class (`register_output_units`,
+    `register_coupling`), whose first argument it is.
+
+    Example:
+
+    >>> check_layer_class(keras.layers.Dense, "register_output_units")
+    >>> check_layer_class("Dense", "register_output_units")
+    Traceback (most recent call last):
+    ...
+    TypeError: register_output_units expects a keras.layers.Layer subclass first. Received: 'Dense'
+    """
+    if not (
+        inspect.isclass(layer_class) and issubclass(layer_class, keras.layers.Layer)
+    ):
+        raise TypeError(
+            f"{where} expects a keras.layers.Layer subclass first."
+            f" Received: {layer_class!r}"
+        )
 
 
 def find_variable(layer, name, variables, what, kind="variables"):

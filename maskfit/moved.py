@@ -60,6 +60,9 @@ maskfit.structured.activation          maskfit.structured.scoring.activation
 maskfit.structured.unit_choice         maskfit.structured.scoring.choice
 maskfit.structured.structured          maskfit.structured.prune
 maskfit.structured.unit_rule           maskfit.structured.rule
+maskfit.step.rule_keeps                maskfit.step.rules.keeps
+maskfit.step.rule_runner               maskfit.step.rules.runner
+maskfit.step.rule_update               maskfit.step.rules.update
 """
 
 # {old module path: new module path, or a tuple of them where it was split}.

@@ -17,10 +17,7 @@ record of its exact class; the caller refuses the rest (a subclass of a
 built-in class may compute differently, so it is never assumed to be one).
 """
 
-import inspect
 from typing import Callable, NamedTuple
-
-import keras
 
 __all__ = [
     "CONTAINER",
@@ -32,7 +29,6 @@ __all__ = [
     "builtin",
     "builtin_classes",
     "builtin_op",
-    "check_layer_class",
     "install",
     "install_ops",
 ]
@@ -146,21 +142,6 @@ def builtin(cls):
 def builtin_classes():
     """Every layer class with a built-in record."""
     return list(_BUILTIN)
-
-
-def check_layer_class(layer_class, caller):
-    """Raises a TypeError naming `caller` unless `layer_class` is a Layer subclass.
-
-    Registrations are per exact class (`Lookup.register`), so every
-    `register_*` function takes a class, never an instance.
-    """
-    if not (
-        inspect.isclass(layer_class) and issubclass(layer_class, keras.layers.Layer)
-    ):
-        raise TypeError(
-            f"{caller} expects a keras.layers.Layer subclass first."
-            f" Received: {layer_class!r}"
-        )
 
 
 class Lookup:

@@ -19,6 +19,10 @@ on the backend is shared: the declarations
 `keras.ops` (`maskfit.step.stateless`), which the JAX backend runs and a
 PyTorch backend could run too. The TensorFlow backend keeps its own stateful
 step (`maskfit.step.masker`, `maskfit.step.lifecycle`).
+
+It imports `internals`, `paths`, `spec`, `step` and `apply`; `jax_rules`
+also reads `model.training`, and `jax` imports `pruning.rule` inside a
+function (that package imports this one).
 """
 
 from maskfit import support

@@ -16,9 +16,15 @@ missing, and the versions it was checked on, in one of five modules:
 - `jax_trainer`: Keras's JAX trainer (its metrics update, the function
   `fit` calls, the state's shardings).
 
-`PRIVATE_MEMBERS` lists them all; `tests/test_internals.py` fails with the
-member's name when a Keras or TensorFlow release removes one. No other maskfit
-module names a private member: `tests/test_internals.py` scans them.
+Each module lists its members in its `PRIVATE_MEMBERS` (where, member, what
+it is for), says in its docstring the releases it checked them on, and
+finds those an install lacks (`missing_members`). `PRIVATE_MEMBERS` here
+lists them all; `tests/test_internals.py` fails with the member's name when a
+Keras or TensorFlow release removes one. No other maskfit module names a
+private member: `tests/test_internals.py` scans them.
+
+It imports Keras, TensorFlow and the standard library only: every other
+package of maskfit may import it.
 """
 
 from maskfit.internals import data, graphs, jax_trainer, models, optimizers

@@ -1,7 +1,5 @@
 """Private members of Keras's JAX trainer that maskfit's JAX backend calls.
 
-Part of `maskfit.internals`: each accessor names the private member it reads,
-what it is for and what public API is missing; `PRIVATE_MEMBERS` lists them.
 Checked on Keras 3.15.1 with JAX 0.10.2.
 """
 

@@ -1,7 +1,5 @@
 """Private members of Keras models, layers and TensorFlow's tracing that maskfit reads.
 
-Part of `maskfit.internals`: each accessor names the private member it reads,
-what it is for and what public API is missing; `PRIVATE_MEMBERS` lists them.
 Checked on Keras 3.10.0 with TF 2.16.2 and on Keras 3.15.1 with TF 2.21.0.
 """
 

@@ -6,6 +6,10 @@
 - `classes`: `MaskedModel` and `MaskedSequential`.
 - `conversion`: `masked_model`, any Keras model as one that trains with
   masks (`PrunedModel` runs a subclassed one), for pruning and sparse training.
+
+It imports `internals`, `paths`, `spec`, `optim`, `step` and `backend` (the
+step of the backend Keras runs on); the products (`pruning`, `structured`,
+`sparse`, `backup`) import it, never the other way.
 """
 
 from maskfit.model.classes import MaskedModel, MaskedSequential

@@ -15,7 +15,9 @@ code, untouched.
 An optimizer class that overrides `update_step` itself is not known to use
 its learning rate that way, so there m scales the step instead: each entry
 ends `old + m * (updated - old)` (`scale_step`), its state evolving as at
-m = 1; a class declares otherwise with `maskfit_multiplier_mode`.
+m = 1; a class declares otherwise with `maskfit_multiplier_mode`. The hooks
+that do all this are `maskfit.optim.hooks.MultiplierHooks`, shared with the
+stateless update (`maskfit.optim.stateless_rates`).
 
 Nothing persists on the optimizer: the hooks are instance attributes, set on
 entry and removed on exit, so they act on what is traced (or run eagerly)
@@ -29,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import internals
-from maskfit.optim import rate_modes
+from maskfit.optim import hooks
 from maskfit.optim.rate_modes import LEARNING_RATE, STEP
 
 __all__ = ["LEARNING_RATE", "STEP", "scale_step", "scaled_learning_rates"]
@@ -37,6 +39,8 @@ __all__ = ["LEARNING_RATE", "STEP", "scale_step", "scaled_learning_rates"]
 
 def scale_step(old, updated, multiplier):
     """Returns `old + multiplier * (updated - old)`: `updated` where it is 1, `old` where 0.
+
+    `maskfit.optim.hooks.scale_step` in TensorFlow's ops.
 
     Args:
       old: the value before a step.
@@ -49,9 +53,7 @@ def scale_step(old, updated, multiplier):
     ...            tf.constant([0.0, 0.5, 1.0])).numpy().tolist()
     [1.0, 2.0, 3.0]
     """
-    m = tf.cast(multiplier, updated.dtype)
-    scaled = old + m * (updated - old)
-    return tf.where(m == 1, updated, tf.where(m == 0, old, scaled))
+    return hooks.scale_step(old, updated, multiplier, ops=tf)
 
 
 def _multiplier_tensor(multiplier, variable, gradient=None, positive=False):
@@ -108,12 +110,7 @@ def _name(variable):
     return getattr(variable, "path", None) or variable.name
 
 
-def _times(learning_rate, m):
-    learning_rate = tf.convert_to_tensor(learning_rate)
-    return learning_rate * tf.cast(m, learning_rate.dtype)
-
-
-class _Scaling:
+class _Scaling(hooks.MultiplierHooks):
     """The hooks on one optimizer while a `scaled_learning_rates` is active.
 
     Under a `MirroredStrategy` each replica's thread enters the context; the
@@ -122,63 +119,20 @@ class _Scaling:
     first thread and removed by the last, and all read the first one's table.
     """
 
+    ops = tf
+    snapshot = staticmethod(tf.identity)
+
     def __init__(self, optimizer, table):
-        self.optimizer = optimizer
         self.table = table
-        self.mode = rate_modes.multiplier_mode(optimizer)
-        rates = rate_modes.keras_rates(optimizer)
-        self.divides = (
-            rates is not None and rates.divides and self.mode == LEARNING_RATE
-        )
         self.threads = set()
-        self.decaying = None  # (multiplier, variable) of the decay being applied
-        self._original_update_step = optimizer.update_step
-        self._undo = [
-            internals.set_method(optimizer, "update_step", self.update_step),
-            internals.hook_weight_decay(optimizer, self.apply_weight_decay),
-            internals.hook_current_learning_rate(optimizer, self.current_learning_rate),
-        ]
+        super().__init__(optimizer)
 
-    def remove(self):
-        for undo in reversed(self._undo):
-            undo()
+    def entry(self, variable):
+        multiplier = self.table.get(internals.variable_key(self.optimizer, variable))
+        return None if _is_one(multiplier) else multiplier
 
-    def update_step(self, gradient, variable, learning_rate):
-        key = internals.variable_key(self.optimizer, variable)
-        multiplier = self.table.get(key)
-        if _is_one(multiplier):
-            return self._original_update_step(gradient, variable, learning_rate)
-        m = _multiplier_tensor(multiplier, variable, gradient, self.divides)
-        if self.mode == LEARNING_RATE:
-            return self._original_update_step(
-                gradient, variable, _times(learning_rate, m)
-            )
-        old = tf.identity(variable)
-        self._original_update_step(gradient, variable, learning_rate)
-        variable.assign(scale_step(old, tf.convert_to_tensor(variable), m))
-
-    def apply_weight_decay(self, original, variables):
-        keys = [internals.variable_key(self.optimizer, v) for v in variables]
-        scaled = [not _is_one(self.table.get(key)) for key in keys]
-        plain = [v for v, s in zip(variables, scaled) if not s]
-        if plain:
-            original(plain)
-        for variable, key, s in zip(variables, keys, scaled):
-            if s:
-                # Alone, so that the learning rate it reads is its own.
-                self.decaying = (self.table[key], variable)
-                try:
-                    original([variable])
-                finally:
-                    self.decaying = None
-
-    def current_learning_rate(self, original):
-        learning_rate = original()
-        if self.decaying is None:
-            return learning_rate
-        multiplier, variable = self.decaying
-        m = _multiplier_tensor(multiplier, variable, positive=self.divides)
-        return _times(learning_rate, m)
+    def tensor(self, entry, variable, gradient=None):
+        return _multiplier_tensor(entry, variable, gradient, self.divides)
 
 
 _active = {}  # id(optimizer) -> _Scaling

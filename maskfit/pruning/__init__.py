@@ -2,6 +2,10 @@
 
 Structured pruning (whole units, with Torch-Pruning's names) is the package
 `maskfit.structured`; its public names are exported here too.
+
+It imports the packages below it (`internals`, `units`, `kinds`, `spec`,
+`model`), `checks`, `scalars` and `support`, and `structured` for the names
+it re-exports.
 """
 
 from maskfit.pruning.callbacks import PruningSummaries, UpdatePruningStep

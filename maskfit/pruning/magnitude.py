@@ -187,23 +187,22 @@ def _factorized_pool(abs_weights, block_size, pooling_type):
     """
     height, width = abs_weights.shape
     aligned = tf.reshape(abs_weights, [1, 1, height, width])
-    height_pooled = tf.nn.pool(
-        aligned,
-        window_shape=[1, block_size[0]],
-        pooling_type=pooling_type,
-        strides=[1, block_size[0]],
-        padding="SAME",
-    )
+    height_pooled = _pool_rows(aligned, block_size[0], pooling_type)
     swapped = tf.transpose(height_pooled, perm=[0, 1, 3, 2])
-    width_pooled = tf.nn.pool(
-        swapped,
-        window_shape=[1, block_size[1]],
-        pooling_type=pooling_type,
-        strides=[1, block_size[1]],
-        padding="SAME",
-    )
+    width_pooled = _pool_rows(swapped, block_size[1], pooling_type)
     pooled = tf.transpose(width_pooled, perm=[0, 1, 3, 2])
     return tf.reshape(pooled, pooled.shape[2:])
+
+
+def _pool_rows(matrix, size, pooling_type):
+    """Pools a `[1, 1, rows, columns]` matrix over every `size` rows, as TF-MOT does."""
+    return tf.nn.pool(
+        matrix,
+        window_shape=[1, size],
+        pooling_type=pooling_type,
+        strides=[1, size],
+        padding="SAME",
+    )
 
 
 def _m_by_n_mask(weights, m_by_n, where):

@@ -6,6 +6,9 @@ together per-layer sparsities at a global budget (uniform, Erdos-Renyi,
 ERK), RigL's update schedule, one traceable drop-and-grow update per
 variable and random initial masks, with RigL's parameter names.
 docs/sparse_training.md has the details.
+
+It imports `spec`, `model`, `pruning` (which weights are prunable), `paths`
+and `support`.
 """
 
 from maskfit.sparse.allocation import LayerSparsity, allocate, overall_sparsity

@@ -280,12 +280,6 @@ class DynamicSparsity(rules.MaskRule):
             " it covers the variables its variables(layer) returned."
         )
 
-    def __eq__(self, other):
-        return type(self) is type(other) and self.get_config() == other.get_config()
-
-    def __hash__(self):
-        return hash(type(self).__name__)
-
     def __repr__(self):
         defaults = type(self)(0.5, 1).get_config()
         shown = {

@@ -1,5 +1,7 @@
 """`sparsify`: a model trains sparse from its first step, by SET or RigL."""
 
+import inspect
+
 import keras
 
 from maskfit import support
@@ -18,15 +20,7 @@ def sparsify(
     method="rigl",
     sparsity=0.9,
     t_end=None,
-    delta_t=100,
-    alpha=0.3,
-    drop_fraction_anneal="cosine",
-    begin_step=0,
-    sparsity_distribution="erdos_renyi_kernel",
-    dense_first_layer=False,
-    custom_sparsity_map=None,
-    erk_power_scale=1.0,
-    seed=0,
+    **rule_args,
 ):
     """Makes a model (or a layer) train sparse, moving its connections by SET or RigL.
 
@@ -60,16 +54,19 @@ def sparsify(
         (0, 1).
       t_end: the last training step after which connections move, required
         (the RigL paper stops at 75% of training).
-      delta_t, alpha, drop_fraction_anneal, begin_step,
-      sparsity_distribution, dense_first_layer, custom_sparsity_map,
-      erk_power_scale, seed: as for `maskfit.sparse.RigL`.
+      **rule_args: the rule's other arguments, by keyword, with their
+        defaults and meaning in `maskfit.sparse.RigL` (`DynamicSparsity`):
+        `delta_t`, `alpha`, `drop_fraction_anneal`, `begin_step`,
+        `sparsity_distribution`, `dense_first_layer`, `custom_sparsity_map`,
+        `erk_power_scale`, `seed`.
 
     Returns:
       The model or layer that trains sparse (see `to_sparsify`).
 
     Raises:
       NotImplementedError: under a Keras backend other than TensorFlow.
-      TypeError: for a `to_sparsify` that is not a model or a layer.
+      TypeError: for a `to_sparsify` that is not a model or a layer, or an
+        argument the rule does not take.
       ValueError: for an unknown method, a bad argument (the rule's
         constructor names it), or, for a built model, weights the
         allocation refuses (none to make sparse, a `custom_sparsity_map`
@@ -90,19 +87,16 @@ def sparsify(
             f"sparsify: method must be one of {sorted(METHODS)}. Received:"
             f" method={method!r}"
         )
-    rule = METHODS[method](
-        sparsity,
-        t_end,
-        delta_t=delta_t,
-        alpha=alpha,
-        drop_fraction_anneal=drop_fraction_anneal,
-        begin_step=begin_step,
-        sparsity_distribution=sparsity_distribution,
-        dense_first_layer=dense_first_layer,
-        custom_sparsity_map=custom_sparsity_map,
-        erk_power_scale=erk_power_scale,
-        seed=seed,
-    )
+    # The rule's own signature holds the arguments and their defaults, once.
+    rule_class = METHODS[method]
+    taken = inspect.signature(rule_class).parameters
+    unknown = sorted(set(rule_args) - set(taken))
+    if unknown:
+        raise TypeError(
+            f"sparsify: {rule_class.__name__} takes no argument {unknown}; its"
+            f" arguments are {list(taken)}. Received: {rule_args!r}"
+        )
+    rule = rule_class(sparsity, t_end, **rule_args)
     if isinstance(to_sparsify, keras.Model):
         target = conversion.masked_model(to_sparsify)
     elif isinstance(to_sparsify, keras.layers.Layer):

@@ -15,4 +15,7 @@
 - `config`: masks and rules in a model's config, by layer path.
 - `config_value`: `ConfigValue`, equality and repr from `get_config()`.
 - `version`: the one counter that changes when any declaration does.
+
+It imports `internals`, `units`, `checks`, `paths` and `support`: nothing of
+the step, the optimizer or the model, which read the declarations.
 """

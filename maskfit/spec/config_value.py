@@ -1,12 +1,17 @@
 """`ConfigValue`: objects that are nothing but their constructor's arguments."""
 
+import numpy as np
+
 
 class ConfigValue:
-    """Equality, hash and repr read from `get_config()`.
+    """Equality, hash, repr and `from_config` read from `get_config()`.
 
-    For the small serializable objects a user passes by value (pruning
-    schedules, unit importances): two are equal when they are of one class and
-    have the same config, and they print as the call that makes them.
+    For the small serializable objects a user passes by value (mask specs,
+    mask rules, pruning schedules, unit importances): two are equal when they
+    are of one class and have the same config (arrays in it compared by
+    value), they print as the call that makes them, and `from_config` calls
+    the constructor with the config. A subclass overrides what it says
+    otherwise (a spec prints its shapes, not its arrays).
 
     Example:
 
@@ -19,8 +24,14 @@ class ConfigValue:
     (True, False, Every(steps=3))
     """
 
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
     def __eq__(self, other):
-        return type(self) is type(other) and self.get_config() == other.get_config()
+        return type(self) is type(other) and _same(
+            self.get_config(), other.get_config()
+        )
 
     def __hash__(self):
         return hash(type(self).__name__)
@@ -28,3 +39,12 @@ class ConfigValue:
     def __repr__(self):
         arguments = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
         return f"{type(self).__name__}({arguments})"
+
+
+def _same(a, b):
+    """`a == b` for configs: dicts by key, arrays (anywhere in them) by value."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 
 from maskfit import checks
+from maskfit.spec.config_value import ConfigValue
 from maskfit.units import layout as layout_lib
 from maskfit.units import lookup
 
@@ -37,8 +38,12 @@ def _check_values(values, what):
     return array
 
 
-class GradMaskSpec(abc.ABC):
-    """Base class of gradient-mask specs; see `OutputMask` and `ElementMask`."""
+class GradMaskSpec(ConfigValue, abc.ABC):
+    """Base class of gradient-mask specs; see `OutputMask` and `ElementMask`.
+
+    A spec is plain data: equal to another of its class with the same
+    `get_config()` (`ConfigValue`).
+    """
 
     @abc.abstractmethod
     def resolve(self, layer):
@@ -87,24 +92,6 @@ class GradMaskSpec(abc.ABC):
     @abc.abstractmethod
     def get_config(self):
         """Returns the spec's constructor arguments as plain Python data."""
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
-    def __eq__(self, other):
-        return type(self) is type(other) and _configs_equal(
-            self.get_config(), other.get_config()
-        )
-
-    def __hash__(self):
-        return hash(type(self).__name__)
-
-
-def _configs_equal(a, b):
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_configs_equal(a[k], b[k]) for k in a)
-    return np.array_equal(np.asarray(a), np.asarray(b))
 
 
 @keras.saving.register_keras_serializable(package="maskfit")

@@ -3,7 +3,7 @@
 A `MaskRule` declared on a layer with `set_rule` covers some of the layer's
 variables (or, for a model or a block of layers, of its sublayers). For each
 covered variable the step keeps a *keep* mask as state (bool, the variable's
-shape, all True at first; `maskfit.step.rule_keeps`). In every training step,
+shape, all True at first; `maskfit.step.rules.keeps`). In every training step,
 before the forward pass, the rule says whether it updates its masks; when it
 does, it computes new keep masks from the weights, the newly dropped entries
 are set to +0.0, and from then on a dropped entry is 0 after every step: its
@@ -31,6 +31,7 @@ import keras
 
 from maskfit import checks, internals, support
 from maskfit.spec import version
+from maskfit.spec.config_value import ConfigValue
 
 __all__ = [
     "MaskRule",
@@ -51,7 +52,7 @@ _NO_KEEP = (
 )
 
 
-class MaskRule(abc.ABC):
+class MaskRule(ConfigValue, abc.ABC):
     """Recomputes keep masks of some variables inside the training step.
 
     Subclasses say which variables they cover, when they update, and what
@@ -60,6 +61,8 @@ class MaskRule(abc.ABC):
     `should_update`, `keep_mask(s)` and `observe_gradients` are traced into
     the compiled step: use TensorFlow ops only. Register subclasses with
     `keras.saving.register_keras_serializable` so that models save with them.
+    A rule is its configuration: equal to another of its class with the same
+    `get_config()`, printed as the call that makes it (`ConfigValue`).
 
     Three class attributes say what else a rule needs from the step (all off
     by default, so a rule that needs none costs nothing more):
@@ -203,16 +206,6 @@ class MaskRule(abc.ABC):
     @abc.abstractmethod
     def get_config(self):
         """Returns the constructor's arguments as plain Python data."""
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
-    def __eq__(self, other):
-        return type(self) is type(other) and self.get_config() == other.get_config()
-
-    def __hash__(self):
-        return hash(type(self).__name__)
 
 
 def set_rule(layer, rule):

@@ -24,6 +24,11 @@ def interval_at(boundaries, step):
     return int(np.searchsorted(boundaries, step, side="right"))
 
 
+def _of_first_spec(name, doc=None):
+    """A property of a schedule read from its first interval's spec."""
+    return property(lambda self: getattr(self.specs[0], name), doc=doc)
+
+
 @keras.saving.register_keras_serializable(package="maskfit")
 class PiecewiseMask(specs.GradMaskSpec):
     """A mask that switches between specs at given optimizer steps.
@@ -63,22 +68,13 @@ class PiecewiseMask(specs.GradMaskSpec):
     def schedule(self):
         return self.boundaries, self.specs
 
-    @property
-    def backprop(self):
-        return self.specs[0].backprop
-
-    @property
-    def scale(self):
-        return self.specs[0].scale
-
-    @property
-    def values(self):
-        """The first interval's values (an `OutputMask` schedule)."""
-        return self.specs[0].values
-
-    @property
-    def units(self):
-        return self.specs[0].units
+    # What every interval's spec agrees on (`_signature`), read from the first.
+    backprop = _of_first_spec("backprop")
+    scale = _of_first_spec("scale")
+    units = _of_first_spec("units")
+    values = _of_first_spec(
+        "values", "The first interval's values (an `OutputMask` schedule)."
+    )
 
     def spec_at(self, step):
         """Returns the spec in force at optimizer step `step`."""

@@ -6,9 +6,8 @@
   and restores, for the steps ahead.
 - `mask_state`: the declared masks as `tf.Variable` state, and masking a
   gradient.
-- `rule_keeps`, `rule_update`, `rule_runner`: the rules' keep masks as state
-  (and which rules a step runs), a rule's update in the step, and running
-  the rules where they belong.
+- `rules/`: the mask rules in the step (`keeps`, `update`, `runner`); the
+  masker holds a `rules.runner.RuleRunner`.
 - `pipeline`: the stage in its one order (`run`), over the step's
   `StepView` and `UpdateMode`.
 - `update`: the guarded update (snapshot, `optimizer.apply`, restore).
@@ -17,4 +16,9 @@
   and prepared.
 - `split`: under XLA, a step with rules compiled with and without their
   updates, one picked per step.
+- `stateless`: the masking stage as a pure function in `keras.ops`, which
+  the JAX backend runs.
+
+It imports `internals`, `spec`, `optim` and `paths`, never `model`,
+`backend` or the products above them.
 """

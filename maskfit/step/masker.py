@@ -1,7 +1,7 @@
 """`GradientMasker`: the masking stage of one training step, over its state.
 
 It reads the masks and rules declared on a model's layers (`sync`), keeps
-them as state (`mask_state.MaskStates`, `rule_keeps.RuleKeeps`), plans what
+them as state (`mask_state.MaskStates`, `rules.keeps.RuleKeeps`), plans what
 the compiled step does for each variable (`plan.StepPlan`), decides how the
 update runs (`update_mode`), and provides the stage's parts: `begin_step`
 (select scheduled masks, run the rules due before the forward pass, make the
@@ -17,9 +17,10 @@ import tensorflow as tf
 from maskfit.spec import rules as rules_lib
 from maskfit.spec import version
 from maskfit.step import declared as declared_lib
-from maskfit.step import mask_state, pipeline, rule_runner
+from maskfit.step import mask_state, pipeline
 from maskfit.step import plan as plan_lib
 from maskfit.step import update as update_lib
+from maskfit.step.rules import runner as runner_lib
 
 __all__ = ["FUSE_MIN_ENTRIES", "GradientMasker"]
 
@@ -55,7 +56,7 @@ class GradientMasker:
         self._layer_rules = layer_rules
         self._skip_frozen = skip_frozen
         self._masks = mask_state.MaskStates()
-        self._runner = rule_runner.RuleRunner(self._variables)
+        self._runner = runner_lib.RuleRunner(self._variables)
         self._keeps = self._runner.keeps
         self._last_sync = None
         self._version = None

@@ -10,4 +10,7 @@
 - `layout`: a declaration checked and turned into per-variable `UnitLayout`s,
   cached on the layer.
 - `probe`: the self-check of a declaration against the layer's gradients.
+
+It imports `internals`, `checks` and `kinds` (`kinds.record`, the lookup
+order; the records name this package's declarations).
 """

@@ -9,7 +9,7 @@ attention layers read their inner layers' through `output_units_of`.
 
 import inspect
 
-from maskfit import records
+from maskfit import checks, records
 from maskfit.units.declaration import DECLARATION_METHOD, OutputUnits, refusal
 
 __all__ = [
@@ -45,7 +45,7 @@ def register_output_units(layer_class, declare):
     >>> layer.build((None, 3))
     >>> _ = maskfit.set_mask(layer, maskfit.OutputMask([1, 0]))
     """
-    records.check_layer_class(layer_class, "register_output_units")
+    checks.check_layer_class(layer_class, "register_output_units")
     if declare is None:
         _LOOKUP.register(layer_class, None)
     elif inspect.isclass(declare):

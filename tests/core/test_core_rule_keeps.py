@@ -1,4 +1,4 @@
-"""Unit tests of `maskfit.step.rule_keeps`, `rule_runner`, `rule_update` and `update`."""
+"""Unit tests of `maskfit.step.rules` (`keeps`, `runner`, `update`) and `maskfit.step.update`."""
 
 import keras
 import numpy as np
@@ -9,15 +9,10 @@ import maskfit
 from maskfit import paths
 from maskfit.optim import traits
 from maskfit.spec import rules
-from maskfit.step import (
-    declared,
-    mask_state,
-    pipeline,
-    rule_keeps,
-    rule_runner,
-    rule_update,
-    update,
-)
+from maskfit.step import declared, mask_state, pipeline, update
+from maskfit.step.rules import keeps as rule_keeps
+from maskfit.step.rules import runner as rule_runner
+from maskfit.step.rules import update as rule_update
 
 
 class KeepPositive(rules.MaskRule):

@@ -11,7 +11,7 @@ refusal that says how to declare one.
 
 import keras
 
-from maskfit import records
+from maskfit import checks, records
 from maskfit.kinds.couplings.base import Coupling, Refused
 
 __all__ = ["add_fallback", "builtin_table", "coupling_of", "register_coupling"]
@@ -46,7 +46,7 @@ def register_coupling(layer_class, coupling):
     ...     pass
     >>> pruning.register_coupling(MyDense, pruning.coupling_of(keras.layers.Dense(1)))
     """
-    records.check_layer_class(layer_class, "register_coupling")
+    checks.check_layer_class(layer_class, "register_coupling")
     if coupling is None:
         _LOOKUP.register(layer_class, None)
     elif isinstance(coupling, Coupling) or callable(coupling):

@@ -5,7 +5,7 @@
 sets the dropped weights (and the optimizer state listed for them) to +0.0,
 and gives the entries a regrowing rule keeps again a fresh optimizer's state.
 `start` sets the keep masks a rule starts from. `RuleKeeps` holds the keep
-masks; `maskfit.step.rule_runner` says which rules run where and calls this.
+masks; `maskfit.step.rules.runner` says which rules run where and calls this.
 """
 
 import collections

@@ -4,7 +4,7 @@
 step's variables (`RuleGroup`s); `RuleKeeps` holds one keep mask per covered
 variable as state (made, loaded, settled outside the step) and says which
 rules a step traced at a given optimizer step must run (`in_step_from`,
-`due_at`). `maskfit.step.rule_runner.RuleRunner` runs the rules with it.
+`due_at`). `maskfit.step.rules.runner.RuleRunner` runs the rules with it.
 """
 
 import numpy as np
@@ -13,7 +13,8 @@ import tensorflow as tf
 from maskfit import internals
 from maskfit.optim import traits
 from maskfit.spec import rules
-from maskfit.step import mask_state, rule_update
+from maskfit.step import mask_state
+from maskfit.step.rules import update as update_lib
 
 __all__ = ["RuleKeeps"]
 
@@ -64,7 +65,7 @@ class RuleKeeps:
             keeps[index] = keep
         for group in groups:
             if made.issuperset(group.indices):
-                rule_update.start(group, keeps, variables, frozen)
+                update_lib.start(group, keeps, variables, frozen)
 
         def signature(gs):
             return [(id(g.rule), g.indices) for g in gs]

@@ -16,7 +16,8 @@ import tensorflow as tf
 from maskfit import internals
 from maskfit.optim import traits
 from maskfit.paths import handle
-from maskfit.step import rule_keeps, rule_update
+from maskfit.step.rules import keeps as keeps_lib
+from maskfit.step.rules import update as update_lib
 
 __all__ = ["RuleRunner"]
 
@@ -33,7 +34,7 @@ class RuleRunner:
 
     def __init__(self, variables):
         self._variables = variables
-        self.keeps = rule_keeps.RuleKeeps()
+        self.keeps = keeps_lib.RuleKeeps()
         self._fresh = {}  # {position: [(state, fresh value)]} of regrowing rules
         self._left_out = False  # `updates_left_out`, while a step is traced
 
@@ -109,7 +110,7 @@ class RuleRunner:
                 i: traits.fresh_state(view.optimizer, variables[i])
                 for i in keeps.regrowing_indices(applied)
             }
-            rule_update.apply(keeps, view, rule_update.RuleRun(applied, state, fresh))
+            update_lib.apply(keeps, view, update_lib.RuleRun(applied, state, fresh))
         if settle:
             handles = [handle(v) for v in variables]
             keeps.settle(handles, view.left_out, state)
@@ -163,10 +164,10 @@ class RuleRunner:
         keeps = self.keeps
         zeroed = set() if internals.tracing_for_xla() else keeps.indices_in_step()
         regrowing = keeps.regrowing_indices(numbers)
-        run = rule_update.RuleRun(
+        run = update_lib.RuleRun(
             only=numbers,
             zeroed_state=traits.zeroable_state(view.optimizer, self._variables, zeroed),
             fresh={i: f for i, f in self._fresh.items() if i in regrowing},
             gradients=gradients,
         )
-        rule_update.apply(keeps, view, run)
+        update_lib.apply(keeps, view, run)
