@@ -1,0 +1,48 @@
+"""`benchmarks.jax_step_time`, run tiny: one row per contender, files written."""
+
+import csv
+import json
+import os
+
+import pytest
+
+from benchmarks.jax_step_time import lib
+
+pytestmark = pytest.mark.backends("jax")
+
+_TINY = lib.Config(
+    mlp_depth=1,
+    mlp_width=8,
+    mlp_batch=4,
+    bert_layers=1,
+    bert_hidden=8,
+    bert_heads=2,
+    bert_intermediate=16,
+    bert_vocabulary=20,
+    bert_sequence=4,
+    bert_batch=2,
+    steps=2,
+    steps_per_execution=1,
+    warmup_steps=1,
+    repeats=1,
+)
+
+
+def test_run_writes_one_row_per_contender(tmp_path):
+    workdir = str(tmp_path)
+    rows = lib.run(_TINY, workdir)
+
+    keys = [(r["model"], r["mask"]) for r in rows]
+    assert keys == [
+        (model, mask) for model in _TINY.models for mask in ("none",) + _TINY.masks
+    ]
+    with open(os.path.join(workdir, "jax_step_time.json")) as f:
+        written = json.load(f)
+    assert written["rows"] == rows and written["machine"]["backend"] == "jax"
+    with open(os.path.join(workdir, "jax_step_time.csv")) as f:
+        assert tuple(next(csv.reader(f))) == lib.COLUMNS
+    for row in rows:
+        assert row["step_ms"] > 0
+        if row["mask"] == "none":
+            assert row["ratio_median"] == 1.0
+    assert len(lib.format_table(rows).splitlines()) == len(rows) + 1

@@ -1,0 +1,26 @@
+"""Runs experiments' command lines in a subprocess, several argvs in one."""
+
+import json
+import subprocess
+import sys
+
+from tests.helpers import checkout
+
+
+def run(script, *args, timeout=300):
+    """`python tests/scripts/<script> ARGS...` from the repository, TensorFlow quiet."""
+    return subprocess.run(
+        [sys.executable, checkout.script(script), *args],
+        cwd=checkout.ROOT,
+        env=checkout.env(TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def outcomes(module, argvs):
+    """Returns `[{"code", "output"}]`: `app.run(module.main)` for each argv."""
+    done = run("usage_errors.py", module, json.dumps(argvs))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
