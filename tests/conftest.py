@@ -58,8 +58,9 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        "other_modes_slow: the `mode` test's eager and jit cases are `slow` (a matrix"
-        " over optimizers or layers whose promise in those modes a fast test keeps)",
+        "other_modes_slow: under TensorFlow the `mode` test's eager and jit cases are"
+        " `slow` (a matrix over optimizers or layers whose promise in those modes a"
+        " fast test keeps); JAX's two modes both stay fast",
     )
     config.addinivalue_line(
         "markers",
@@ -87,13 +88,14 @@ def _parametrized_directly(metafunc, name):
 def pytest_generate_tests(metafunc):
     if "mode" in metafunc.fixturenames and not _parametrized_directly(metafunc, "mode"):
         names = sorted(MODES)
-        fast = "graph"
         if BACKEND == "jax":
             names.remove("graph")
-            fast = "jit"
-        if metafunc.definition.get_closest_marker("other_modes_slow") is not None:
+        if (
+            BACKEND == "tensorflow"
+            and metafunc.definition.get_closest_marker("other_modes_slow") is not None
+        ):
             names = [
-                name if name == fast else pytest.param(name, marks=pytest.mark.slow)
+                name if name == "graph" else pytest.param(name, marks=pytest.mark.slow)
                 for name in names
             ]
         if (

@@ -1,4 +1,11 @@
-"""The guarantee: an entry whose mask is 0 is bit-identical, under every optimizer and setting."""
+"""The guarantee: an entry whose mask is 0 is bit-identical, under every optimizer and setting.
+
+The matrix runs under both backends (Keras's TensorFlow trainer in eager, graph
+and jit modes; its JAX trainer eagerly and compiled). Under JAX each optimizer
+slot of a variable's shape holds its frozen entries too, and an EMA average holds
+the variable's value there (what `finalize_variable_values` copies back): the
+stateless step puts them back with `where`.
+"""
 
 import inspect
 
@@ -10,6 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import maskfit
+
+BACKEND = keras.backend.backend()
 from tests.helpers.keras_versions import param_if_shipped
 
 # Every optimizer Keras ships, with a learning rate that moves a tiny model.
@@ -49,6 +58,8 @@ KITCHEN_SINK = dict(
     weight_decay=0.1, global_clipnorm=1.0, use_ema=True, ema_overwrite_frequency=2
 )
 KITCHEN_SETTINGS = ("weight_decay", "global_clipnorm", "ema_overwrite")
+# The settings the kitchen sink leaves out, and loss scaling (mixed_float16).
+ALONE = ("clipnorm", "clipvalue", "gradient_accumulation", "loss_scale")
 
 
 def test_every_optimizer_keras_ships_is_covered():
@@ -85,36 +96,67 @@ def data(n=32, seed=0):
     return x, y
 
 
-def train_and_check(optimizer, mode, constraint=None, model_cls=None):
+def _slots_of(optimizer, variable):
+    """`(slots, average)`: the variable's optimizer slots of its shape, its EMA average."""
+    name = variable.path.replace("/", "_")
+    slots, average = [], None
+    for slot in optimizer.variables:
+        if tuple(slot.shape) != tuple(variable.shape) or name not in slot.path:
+            continue
+        if slot.path.endswith("_average"):
+            average = slot
+        else:
+            slots.append(slot)
+    return slots, average
+
+
+def train_and_check(optimizer, mode, constraint=None, model_cls=None, policy=None):
     """Trains with history, then freezes entries; asserts they never move."""
+    if policy is not None:
+        keras.config.set_dtype_policy(policy)
     model, hidden, head = build_model(constraint)
     if model_cls is not None:
         model = model_cls(model.inputs, model.outputs)
     model.compile(optimizer=optimizer, loss="mse", **mode)
     x, y = data()
-    head_kernel0, head_bias0 = head.kernel.numpy(), head.bias.numpy()
+    head_kernel0, head_bias0 = np.array(head.kernel), np.array(head.bias)
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)  # history for all of hidden
     freeze = np.random.default_rng(1).random((4, 6)) < 0.5
     maskfit.set_mask(
         hidden, maskfit.ElementMask({"kernel": (~freeze).astype("float32")})
     )
-    hidden_kernel1 = hidden.kernel.numpy()
+    hidden_kernel1 = np.array(hidden.kernel)
+    # The stateless JAX step holds the slots too; TensorFlow's restores the
+    # variable (and its EMA average) after the update, and leaves slots be.
+    slots, average = [], None
+    if BACKEND == "jax":
+        slots, average = _slots_of(model.optimizer, hidden.kernel)
+    slots1 = [np.array(s) for s in slots]
     model.fit(x, y, batch_size=8, epochs=2, verbose=0)
 
-    np.testing.assert_array_equal(head.kernel.numpy()[:, 1], head_kernel0[:, 1])
-    np.testing.assert_array_equal(head.bias.numpy()[1], head_bias0[1])
-    np.testing.assert_array_equal(hidden.kernel.numpy()[freeze], hidden_kernel1[freeze])
+    np.testing.assert_array_equal(np.array(head.kernel)[:, 1], head_kernel0[:, 1])
+    np.testing.assert_array_equal(np.array(head.bias)[1], head_bias0[1])
+    np.testing.assert_array_equal(
+        np.array(hidden.kernel)[freeze], hidden_kernel1[freeze]
+    )
+    for slot, before in zip(slots, slots1):
+        np.testing.assert_array_equal(np.array(slot)[freeze], before[freeze], slot.path)
+    if average is not None:
+        np.testing.assert_array_equal(
+            np.array(average)[freeze], hidden_kernel1[freeze], average.path
+        )
     # And what may learn did learn.
-    assert np.any(head.kernel.numpy()[:, 0] != head_kernel0[:, 0])
-    assert np.any(head.kernel.numpy()[:, 2] != head_kernel0[:, 2])
-    assert np.any(hidden.kernel.numpy()[~freeze] != hidden_kernel1[~freeze])
+    assert np.any(np.array(head.kernel)[:, 0] != head_kernel0[:, 0])
+    assert np.any(np.array(head.kernel)[:, 2] != head_kernel0[:, 2])
+    assert np.any(np.array(hidden.kernel)[~freeze] != hidden_kernel1[~freeze])
     return model
 
 
+@pytest.mark.backends("tensorflow", "jax")
 @pytest.mark.fused_too  # also with the masked update compiled by XLA
-# Its eager and jit cases run with the slow tests (.ci/run runs both): README's
-# test command keeps every optimizer in graph mode and, in every mode, the
-# settings test below.
+# Under TensorFlow its eager and jit cases run with the slow tests (.ci/run
+# runs both): README's test command keeps every optimizer in graph mode and, in
+# every mode, the settings test below.
 @pytest.mark.other_modes_slow
 @pytest.mark.parametrize(
     "name", [param_if_shipped(name) for name in sorted(OPTIMIZERS)]
@@ -123,12 +165,36 @@ def test_frozen_entries_hold_for_every_optimizer_with_every_setting(name, mode):
     train_and_check(OPTIMIZERS[name](**KITCHEN_SINK), mode)
 
 
+def _setting(name, setting, mode):
+    if setting == "loss_scale":
+        model = train_and_check(OPTIMIZERS[name](), mode, policy="mixed_float16")
+        assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    else:
+        train_and_check(OPTIMIZERS[name](**SETTINGS[setting]), mode)
+
+
 # The settings the kitchen sink leaves out (it runs the others with every
 # optimizer), alone.
-@pytest.mark.parametrize("setting", sorted(set(SETTINGS) - set(KITCHEN_SETTINGS)))
+@pytest.mark.backends("tensorflow", "jax")
+@pytest.mark.parametrize("setting", ALONE)
 @pytest.mark.parametrize("name", ["AdamW", "SGD_nesterov"])
 def test_frozen_entries_hold_under_each_setting(name, setting, mode):
-    train_and_check(OPTIMIZERS[name](**SETTINGS[setting]), mode)
+    _setting(name, setting, mode)
+
+
+# Under JAX, every other optimizer too, compiled.
+@pytest.mark.backends("jax")
+@pytest.mark.parametrize("setting", ALONE)
+@pytest.mark.parametrize(
+    "name",
+    [
+        param_if_shipped(n)
+        for n in sorted(OPTIMIZERS)
+        if n not in ("AdamW", "SGD_nesterov")
+    ],
+)
+def test_frozen_entries_hold_under_each_setting_compiled(name, setting):
+    _setting(name, setting, dict(jit_compile=True))
 
 
 @pytest.mark.fused_too  # also with the masked update compiled by XLA
@@ -138,6 +204,7 @@ def test_frozen_entries_hold_under_variable_constraints(mode):
     )
 
 
+@pytest.mark.backends("tensorflow", "jax")
 def test_ema_finalize_at_the_end_of_fit_cannot_move_frozen_entries():
     # No overwrite during training: only finalize_variable_values copies the
     # averages into the model, after the last step.
@@ -149,22 +216,23 @@ class NaNInFrozenEntries(maskfit.MaskedModel):
 
     def apply_grad_masks(self, gradients, variables):
         poisoned = []
+        frozen = keras.ops.convert_to_tensor([False, True, False])
         for gradient, variable in zip(gradients, variables):
             if variable.path.endswith("head/kernel"):
-                frozen = tf.constant([False, True, False])
-                gradient = tf.where(frozen, np.float32(np.nan), gradient)
+                gradient = keras.ops.where(frozen, np.float32(np.nan), gradient)
             if variable.path.endswith("head/bias"):
-                gradient = tf.where(tf.constant([False, True, False]), np.inf, gradient)
+                gradient = keras.ops.where(frozen, np.float32(np.inf), gradient)
             poisoned.append(gradient)
         return super().apply_grad_masks(poisoned, variables)
 
 
+@pytest.mark.backends("tensorflow", "jax")
 @pytest.mark.fused_too  # also with the masked update compiled by XLA
 @pytest.mark.parametrize("name", ["SGD", "Adam"])
 def test_nan_and_inf_in_frozen_gradients_never_reach_the_weights(name, mode):
     model = train_and_check(OPTIMIZERS[name](), mode, model_cls=NaNInFrozenEntries)
     for weight in model.trainable_weights:
-        assert np.all(np.isfinite(weight.numpy())), weight.path
+        assert np.all(np.isfinite(np.array(weight))), weight.path
 
 
 def test_frozen_entries_do_not_inflate_the_global_norm():
@@ -278,3 +346,18 @@ def test_random_masks_on_random_layer_shapes_hold_exactly(widths, seed, element)
             assert np.any(variable.numpy()[~is_frozen] != before[path][~is_frozen]), (
                 path
             )
+
+
+@pytest.mark.backends("jax")
+def test_fit_no_longer_fails_on_distribute_strategy():
+    # The issue's report: `fit` raised AttributeError: 'MaskedModel' object has
+    # no attribute 'distribute_strategy'. Sequential too.
+    head = maskfit.set_mask(keras.layers.Dense(2), maskfit.OutputMask([0, 1]))
+    model = maskfit.MaskedSequential([keras.Input((3,)), head])
+    model.compile(optimizer="adamw", loss="mse")
+    kernel0 = np.array(head.kernel)
+    history = model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2
+    np.testing.assert_array_equal(np.array(head.kernel)[:, 0], kernel0[:, 0])
+    assert model.evaluate(np.ones((8, 3)), np.ones((8, 2)), verbose=0) >= 0
+    assert model.predict(np.ones((8, 3)), verbose=0).shape == (8, 2)
