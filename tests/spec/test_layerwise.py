@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 import maskfit
 from maskfit.spec.layerwise import layerwise_decay
 
+pytestmark = pytest.mark.backends("tensorflow", "jax")
+
 
 def mlp(widths=(8, 8, 8), name="mlp"):
     """Input(4) -> Dense(w)... -> Dropout -> Dense(2) 'head', as a Sequential."""
@@ -282,6 +284,23 @@ def test_blocks_waiting_to_unfreeze_do_not_move_in_training():
     model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)  # steps 3-5
     np.testing.assert_array_equal(model.get_layer("a").kernel.numpy(), start["a"])
     assert np.any(model.get_layer("b").kernel.numpy() != start["b"])
+
+
+def test_every_block_trains_at_its_multiplier():
+    # Multipliers below 1 still learn, in the masked step: each block moves.
+    model = maskfit.MaskedSequential([keras.Input((4,))] + mlp(widths=(6,)).layers)
+    layerwise_decay(model, 0.5)
+    model.compile(optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.1), loss="mse")
+    before = {v.path: np.array(v) for v in model.weights}
+    x = np.random.default_rng(0).normal(size=(16, 4)).astype("float32")
+    y = np.random.default_rng(1).normal(size=(16, 2)).astype("float32")
+    model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    moved = {p for p, v in before.items() if np.any(v != _value(model, p))}
+    assert moved == set(before)
+
+
+def _value(model, path):
+    return next(np.array(v) for v in model.weights if v.path == path)
 
 
 def test_the_docstring_example_runs():
