@@ -1,6 +1,8 @@
-"""Magnitude pruning in `fit` under JAX: TF-MOT's schedule, the TensorFlow path's
-masks (same ranking, ties and sparsity), pruned weights held bit for bit at 0,
-keep masks saved and loaded, and `strip_pruning` afterwards.
+"""Magnitude pruning in `fit`, under both backends: TF-MOT's schedule, its masks
+(same ranking, ties and sparsity; under JAX the TensorFlow path's, computed in a
+TensorFlow subprocess), pruned weights held bit for bit at 0, keep masks saved
+and loaded, and `strip_pruning` afterwards. Under TensorFlow the eager and jit
+cases run with the slow tests (test_training.py covers the modes there).
 """
 
 import subprocess
@@ -15,7 +17,7 @@ import maskfit.pruning as pruning
 from maskfit.model import training
 from maskfit.pruning import magnitude
 
-pytestmark = pytest.mark.backends("jax")
+pytestmark = [pytest.mark.backends("tensorflow", "jax"), pytest.mark.other_modes_slow]
 
 BEGIN, END, FREQUENCY, FINAL = 2, 8, 2, 0.75
 NAMES = ("hidden", "head")
@@ -197,6 +199,7 @@ def test_entries_a_declared_mask_freezes_are_never_pruned(mode):
     np.testing.assert_array_equal(layer.kernel.numpy()[0], kernel[0])
 
 
+@pytest.mark.backends("jax")
 def test_steps_per_execution_above_one_is_refused():
     model = _dense_model(dict())
     model.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
@@ -231,6 +234,7 @@ def test_optimizer_slots_of_pruned_entries_are_held(mode):
             assert np.any(new[keep] != old[keep])
 
 
+@pytest.mark.backends("jax")
 @pytest.mark.parametrize("block_size", [(1, 1), (2, 2)], ids=["entries", "blocks"])
 def test_keep_masks_equal_the_tensorflow_steps_on_the_same_weights(
     tmp_path, block_size
