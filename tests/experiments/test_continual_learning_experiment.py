@@ -7,9 +7,7 @@ owners and logits after every task), not against what the run reports.
 import dataclasses
 import glob
 import json
-import logging
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -25,6 +23,7 @@ from experiments.continual_learning.lib import (
     run,
 )
 from tests.helpers import cli
+from tests.helpers import experiment_checks as checks
 
 # Digits: no generation; few steps per task (about 5 batches a pass).
 TINY = Config(
@@ -394,21 +393,18 @@ def test_figure_is_skipped_with_a_warning_without_matplotlib(
     tiny, tmp_path, monkeypatch, caplog
 ):
     _, metrics, _ = tiny
-    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    path = str(tmp_path / "figure.png")
-    with caplog.at_level(logging.WARNING):
-        assert report.figure(metrics["summary"], TINY, path) is None
-    assert "matplotlib is not installed" in caplog.text
-    assert not os.path.exists(path)
+    checks.assert_figure_skipped_without_matplotlib(
+        lambda path: report.figure(metrics["summary"], TINY, path),
+        str(tmp_path / "figure.png"),
+        monkeypatch,
+        caplog,
+    )
 
 
 def test_run_without_scikit_learn_says_what_to_install_before_writing(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setitem(sys.modules, "sklearn", None)
-    with pytest.raises(ImportError, match=r'pip install "\.\[experiments\]"'):
-        run(TINY, str(tmp_path / "run"))
-    assert not (tmp_path / "run").exists()
+    checks.assert_run_needs_scikit_learn(run, TINY, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -454,10 +450,7 @@ _BAD_FLAGS = {
 
 @pytest.mark.slow
 def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
-    argvs = [
-        ["continual_learning", flag, f"--workdir={tmp_path / str(index)}"]
-        for index, flag in enumerate(_BAD_FLAGS)
-    ]
+    argvs = checks.bad_flag_argvs("continual_learning", _BAD_FLAGS, tmp_path)
     good = tmp_path / "good"
     argvs.append(
         [

@@ -8,9 +8,7 @@ promises against those records, not against what the run reports of itself.
 import dataclasses
 import glob
 import json
-import logging
 import os
-import sys
 
 import keras
 import numpy as np
@@ -21,6 +19,7 @@ import maskfit
 from experiments.lottery_ticket import report as lottery_ticket_report
 from experiments.lottery_ticket.lib import ARMS, Config, run
 from tests.helpers import cli
+from tests.helpers import experiment_checks as checks
 
 # Every step is its own execution (eval_every=1), so the watcher sees each.
 TINY = Config(
@@ -266,21 +265,18 @@ def test_figure_is_skipped_with_a_warning_without_matplotlib(
     tiny, tmp_path, monkeypatch, caplog
 ):
     config, _, metrics, _ = tiny
-    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    path = str(tmp_path / "figure.png")
-    with caplog.at_level(logging.WARNING):
-        assert lottery_ticket_report.figure(metrics["summary"], config, path) is None
-    assert "matplotlib is not installed" in caplog.text
-    assert not os.path.exists(path)
+    checks.assert_figure_skipped_without_matplotlib(
+        lambda path: lottery_ticket_report.figure(metrics["summary"], config, path),
+        str(tmp_path / "figure.png"),
+        monkeypatch,
+        caplog,
+    )
 
 
 def test_run_without_scikit_learn_says_what_to_install_before_writing(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setitem(sys.modules, "sklearn", None)
-    with pytest.raises(ImportError, match=r'pip install "\.\[experiments\]"'):
-        run(TINY, str(tmp_path / "run"))
-    assert not (tmp_path / "run").exists()
+    checks.assert_run_needs_scikit_learn(run, TINY, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -322,10 +318,7 @@ BAD_FLAGS = {
 @pytest.mark.slow
 def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
     # The last argv runs as the command line does: app.run prints the usage error.
-    argvs = [
-        ["lottery_ticket", flag, f"--workdir={tmp_path / str(index)}"]
-        for index, flag in enumerate(BAD_FLAGS)
-    ]
+    argvs = checks.bad_flag_argvs("lottery_ticket", BAD_FLAGS, tmp_path)
     good = tmp_path / "good"
     argvs.append(
         [
@@ -340,7 +333,9 @@ def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
         ]
     )
     argvs.append(["lottery_ticket", "--rounds=0", f"--workdir={tmp_path / 'cli'}"])
-    result = cli.run("lottery_ticket_main.py", json.dumps(argvs), timeout=120)
+    result = cli.run(
+        "experiment_main.py", "lottery_ticket", json.dumps(argvs), timeout=120
+    )
     assert result.returncode == 1, result.stderr
     assert "Received: rounds=0" in result.stderr
     assert not (tmp_path / "cli").exists()

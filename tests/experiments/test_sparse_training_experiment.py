@@ -22,6 +22,7 @@ from experiments.sparse_training.lib import Config, run
 from maskfit import model as model_lib
 from maskfit import pruning, sparse
 from tests.helpers import cli
+from tests.helpers import experiment_checks as checks
 
 # One step per execution, so that the watcher sees every step.
 TINY = Config(
@@ -336,10 +337,7 @@ BAD_FLAGS = {
 
 @pytest.mark.slow  # a worker process that imports TensorFlow and trains: ~15 s
 def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
-    argvs = [
-        ["sparse_training", flag, f"--workdir={tmp_path / str(index)}"]
-        for index, flag in enumerate(BAD_FLAGS)
-    ]
+    argvs = checks.bad_flag_argvs("sparse_training", BAD_FLAGS, tmp_path)
     good = tmp_path / "good"
     argvs.append(
         [
@@ -357,7 +355,7 @@ def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
     argvs.append(
         ["sparse_training", "--train_steps=0", f"--workdir={tmp_path / 'cli'}"]
     )
-    result = cli.run("sparse_training_main.py", json.dumps(argvs))
+    result = cli.run("experiment_main.py", "sparse_training", json.dumps(argvs))
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Received: train_steps=0" in result.stderr
     assert not (tmp_path / "cli").exists()

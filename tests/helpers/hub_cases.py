@@ -26,88 +26,70 @@ def _tokens(vocabulary, rng, **extra):
     return found
 
 
-def build(name):
-    """`(backbone, inputs)` of the tiny backbone `name`."""
+# The tiny configurations, by name: the keras_hub class and its constructor
+# arguments. Tests that need another size pass changes to `backbone`.
+_DECODER = dict(
+    vocabulary_size=50,
+    num_layers=2,
+    num_query_heads=4,
+    num_key_value_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+)
+_ENCODER = dict(
+    vocabulary_size=50,
+    num_layers=2,
+    num_heads=4,
+    hidden_dim=16,
+    intermediate_dim=64,
+    max_sequence_length=SEQUENCE,
+)
+CONFIGS = {
+    "llama": ("LlamaBackbone", _DECODER),
+    "llama3": ("Llama3Backbone", _DECODER),
+    "mistral": ("MistralBackbone", _DECODER),
+    "qwen": ("QwenBackbone", _DECODER),
+    "gemma": (
+        "GemmaBackbone",
+        {**_DECODER, "num_key_value_heads": 1, "intermediate_dim": 64, "head_dim": 4},
+    ),
+    "bert": ("BertBackbone", _ENCODER),
+    "gpt2": ("GPT2Backbone", _ENCODER),
+    "vit": (
+        "ViTBackbone",
+        dict(image_shape=(8, 8, 3), patch_size=4, num_layers=2, num_heads=4)
+        | dict(hidden_dim=16, mlp_dim=64),
+    ),
+    "resnet": (
+        "ResNetBackbone",
+        dict(input_conv_filters=[64], input_conv_kernel_sizes=[3])
+        | dict(stackwise_num_filters=[64, 32], stackwise_num_blocks=[1, 1])
+        | dict(stackwise_num_strides=[1, 2], block_type="basic_block")
+        | dict(image_shape=(16, 16, 3)),
+    ),
+}
+
+
+def backbone(name, cls=None, **changes):
+    """The tiny keras_hub backbone `name` (its class, or `cls`), with `changes`."""
     import keras_hub
 
-    models = keras_hub.models
+    default, config = CONFIGS[name]
+    return getattr(keras_hub.models, cls or default)(**{**config, **changes})
+
+
+def build(name):
+    """`(backbone, inputs)` of the tiny backbone `name`."""
     rng = np.random.default_rng(0)
     keras.utils.set_random_seed(0)
-    if name == "llama":
-        model = models.LlamaBackbone(
-            vocabulary_size=50,
-            num_layers=2,
-            num_query_heads=4,
-            num_key_value_heads=2,
-            hidden_dim=16,
-            intermediate_dim=32,
-        )
-        return model, _tokens(50, rng)
-    if name in ("mistral", "qwen"):
-        cls = models.MistralBackbone if name == "mistral" else models.QwenBackbone
-        model = cls(
-            vocabulary_size=50,
-            num_layers=2,
-            num_query_heads=4,
-            num_key_value_heads=2,
-            hidden_dim=16,
-            intermediate_dim=32,
-        )
-        return model, _tokens(50, rng)
-    if name == "gemma":
-        model = models.GemmaBackbone(
-            vocabulary_size=50,
-            num_layers=2,
-            num_query_heads=4,
-            num_key_value_heads=1,
-            hidden_dim=16,
-            intermediate_dim=64,
-            head_dim=4,
-        )
-        return model, _tokens(50, rng)
-    if name == "bert":
-        model = models.BertBackbone(
-            vocabulary_size=50,
-            num_layers=2,
-            num_heads=4,
-            hidden_dim=16,
-            intermediate_dim=64,
-            max_sequence_length=SEQUENCE,
-        )
-        segments = np.zeros((2, SEQUENCE), "int32")
-        return model, _tokens(50, rng, segment_ids=segments)
-    if name == "gpt2":
-        model = models.GPT2Backbone(
-            vocabulary_size=50,
-            num_layers=2,
-            num_heads=4,
-            hidden_dim=16,
-            intermediate_dim=64,
-            max_sequence_length=SEQUENCE,
-        )
-        return model, _tokens(50, rng)
+    model = backbone(name)
     if name == "vit":
-        model = models.ViTBackbone(
-            image_shape=(8, 8, 3),
-            patch_size=4,
-            num_layers=2,
-            num_heads=4,
-            hidden_dim=16,
-            mlp_dim=64,
-        )
         return model, rng.normal(size=(2, 8, 8, 3)).astype("float32")
     if name == "resnet":
-        model = models.ResNetBackbone(
-            input_conv_filters=[64],
-            input_conv_kernel_sizes=[3],
-            stackwise_num_filters=[64, 32],
-            stackwise_num_blocks=[1, 1],
-            stackwise_num_strides=[1, 2],
-            block_type="basic_block",
-            image_shape=(16, 16, 3),
-        )
         return model, rng.normal(size=(2, 16, 16, 3)).astype("float32")
-    raise ValueError(name)
+    if name == "bert":
+        return model, _tokens(50, rng, segment_ids=np.zeros((2, SEQUENCE), "int32"))
+    return model, _tokens(50, rng)
 
 
 def outputs(model, inputs):

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import maskfit
 from maskfit import internals
+from tests.helpers import hub_cases
 
 try:
     import keras_hub
@@ -83,13 +84,8 @@ def llama():
 
 
 def vit():
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(8, 8, 3),
-        patch_size=4,
-        num_layers=3,
-        num_heads=2,
-        hidden_dim=8,
-        mlp_dim=16,
+    backbone = hub_cases.backbone(
+        "vit", num_layers=3, num_heads=2, hidden_dim=8, mlp_dim=16
     )
     model = keras_hub.models.ViTImageClassifier(
         backbone, num_classes=3, preprocessor=None

@@ -15,6 +15,7 @@ import pytest
 
 import maskfit
 from maskfit.spec import recipes
+from tests.helpers import hub_cases
 
 keras_hub = pytest.importorskip(
     "keras_hub", reason="keras_hub (the [hub] extra) is not installed"
@@ -34,7 +35,8 @@ if keras.backend.backend() == "jax":
 def classifier():
     """BertBackbone (1 layer, width 8) -> first token -> Dense(3) 'head'."""
     keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.BertBackbone(
+    backbone = hub_cases.backbone(
+        "bert",
         vocabulary_size=30,
         num_layers=1,
         num_heads=2,

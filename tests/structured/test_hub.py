@@ -98,15 +98,8 @@ def test_llama_ffn_only_keeps_the_llama_class():
 
 def test_llama_twin_computes_as_llama():
     model, inputs = hub_cases.build("llama")
-    twin = keras_hub.models.MistralBackbone(
-        vocabulary_size=50,
-        num_layers=2,
-        num_query_heads=4,
-        num_key_value_heads=2,
-        hidden_dim=16,
-        intermediate_dim=32,
-        sliding_window=None,
-        head_dim=4,
+    twin = hub_cases.backbone(
+        "llama", "MistralBackbone", sliding_window=None, head_dim=4
     )
     for source, target in zip(model.weights, twin.weights):
         target.assign(source)
@@ -354,11 +347,11 @@ def test_cached_multi_head_attention_in_a_functional_graph():
 def test_gradient_check_has_no_false_cut_on_a_wider_block():
     # 176k gate entries: a live gradient passes near 0 by chance; only an
     # exact 0 is a cut (this once kept the heads of such a block).
-    model = keras_hub.models.LlamaBackbone(
+    model = hub_cases.backbone(
+        "llama",
         vocabulary_size=100,
         num_layers=1,
         num_query_heads=8,
-        num_key_value_heads=2,
         hidden_dim=256,
         intermediate_dim=688,
     )
@@ -368,14 +361,7 @@ def test_gradient_check_has_no_false_cut_on_a_wider_block():
 
 
 def test_llama3_shrinks_into_the_twin_too():
-    model = keras_hub.models.Llama3Backbone(
-        vocabulary_size=50,
-        num_layers=2,
-        num_query_heads=4,
-        num_key_value_heads=2,
-        hidden_dim=16,
-        intermediate_dim=32,
-    )
+    model = hub_cases.backbone("llama3")
     _, inputs = hub_cases.build("llama")
     lm = keras_hub.models.Llama3CausalLM(backbone=model, preprocessor=None)
     selection = pruning.select_units(lm, 0.5)
