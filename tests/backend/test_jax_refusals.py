@@ -3,7 +3,7 @@
 Each case calls what a user calls and expects one NotImplementedError that
 names the backend, the feature and what to use instead
 (`maskfit.support.FEATURES`). A refused rule is also refused when a file
-saved under TensorFlow brings it in (`test_jax_saving.py`).
+saved under TensorFlow brings it in (`tests/model/test_across_backends.py`).
 """
 
 import keras

@@ -1,13 +1,13 @@
-"""The legs of the cross-backend round trip of tests/jax/test_jax_saving.py.
+"""The legs of the cross-backend round trip of tests/model/test_across_backends.py.
 
 A `.keras` file saved with masks under one backend must load and train on
 under the other. Keras fixes its backend at import, so the TensorFlow legs
 run this script in a subprocess (the JAX leg runs in the test's process):
 
-    KERAS_BACKEND=tensorflow python tests/backend_roundtrip.py new OUT_DIR
-    KERAS_BACKEND=tensorflow python tests/backend_roundtrip.py resume IN_DIR OUT_DIR
-    KERAS_BACKEND=tensorflow python tests/backend_roundtrip.py pruned OUT_DIR
-    KERAS_BACKEND=tensorflow python tests/backend_roundtrip.py load_pruned IN_DIR
+    KERAS_BACKEND=tensorflow python tests/helpers/backend_roundtrip.py new OUT_DIR
+    KERAS_BACKEND=tensorflow python tests/helpers/backend_roundtrip.py resume IN_DIR OUT_DIR
+    KERAS_BACKEND=tensorflow python tests/helpers/backend_roundtrip.py pruned OUT_DIR
+    KERAS_BACKEND=tensorflow python tests/helpers/backend_roundtrip.py load_pruned IN_DIR
 
 `new` builds the model, trains it with AdamW (weight decay: a frozen entry
 moves unless maskfit holds it), and saves it; `resume` loads a saved one,

@@ -1,9 +1,9 @@
-"""The run of tests/jax/test_jax_data_parallel.py, in a process of its own.
+"""The run of tests/backend/test_data_parallel.py, in a process of its own.
 
 JAX fixes its devices when it starts, so the test runs this script with
 `XLA_FLAGS=--xla_force_host_platform_device_count=2 KERAS_BACKEND=jax`:
 
-    python tests/data_parallel_run.py OUT.npz
+    python tests/helpers/data_parallel_run.py OUT.npz
 
 It trains a masked model under `keras.distribution.DataParallel` over the
 two CPU devices (AdamW: weight decay moves an unmasked frozen entry), and

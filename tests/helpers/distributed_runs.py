@@ -3,8 +3,8 @@
 TensorFlow fixes its devices (and collective ops) when it first starts, so the
 distributed tests run this script in a subprocess:
 
-    python tests/distributed_runs.py mirrored OUT_DIR
-    TF_CONFIG=... python tests/distributed_runs.py worker OUT_DIR
+    python tests/helpers/distributed_runs.py mirrored OUT_DIR
+    TF_CONFIG=... python tests/helpers/distributed_runs.py worker OUT_DIR
 
 Each run saves, to `OUT_DIR/<run>.npz`, every trainable variable's value on
 every replica before and after the masked phase, which entries are frozen,

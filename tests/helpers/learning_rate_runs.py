@@ -3,7 +3,7 @@
 TensorFlow fixes its devices when it first starts, so the CPU is split into
 two logical devices here (as distributed_runs.py does):
 
-    python tests/learning_rate_runs.py OUT_DIR
+    python tests/helpers/learning_rate_runs.py OUT_DIR
 
 Each run trains variables under `scaled_learning_rates` on both replicas (each
 replica gets half of every gradient; the optimizer sums them) and the same

@@ -1,8 +1,8 @@
 """One pruning step on given weights, under the backend it runs on: its keep masks.
 
-    KERAS_BACKEND=tensorflow python tests/pruning_keeps_run.py IN.npz OUT.npz
+    KERAS_BACKEND=tensorflow python tests/helpers/pruning_keeps_run.py IN.npz OUT.npz
 
-`tests/jax/test_jax_magnitude_pruning.py` runs it under TensorFlow in a
+`tests/pruning/test_magnitude_in_fit.py` runs it under TensorFlow in a
 subprocess and calls `keeps` under JAX, on the same weights (with ties in
 their magnitudes), and compares the keep masks bit for bit. The step's
 learning rate is 0, so the masks depend on the weights alone.

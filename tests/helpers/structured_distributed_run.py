@@ -2,7 +2,7 @@
 
 TensorFlow fixes its devices when it starts, so this runs in a subprocess:
 
-    python tests/structured_distributed_run.py OUT_DIR
+    python tests/helpers/structured_distributed_run.py OUT_DIR
 
 It prunes a model with `TaylorImportance` on two replicas (two logical
 CPUs), with a learning rate of 0 so that the sums of |w * g| over the first

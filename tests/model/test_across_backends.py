@@ -1,6 +1,6 @@
 """A `.keras` file saved with masks on TensorFlow loads and trains on under JAX, and back.
 
-Three legs (tests/backend_roundtrip.py): TensorFlow builds, trains and saves
+Three legs (tests/helpers/backend_roundtrip.py): TensorFlow builds, trains and saves
 (a subprocess); this process, on JAX, loads the file, checks that masks,
 weights, the optimizer's state, `maskfit.summary`, `evaluate` and `predict`
 are those of the file, trains on (frozen entries bit-identical, the rest

@@ -1,6 +1,6 @@
 """maskfit.support: the backend table, README's copy of it, the import refusal.
 
-Runs under both backends (tests/conftest.py's BOTH_BACKENDS).
+Runs under both backends (its `backends` marker).
 """
 
 import os

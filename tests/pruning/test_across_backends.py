@@ -1,6 +1,6 @@
 """Pruning's pieces that run on JAX: one-shot unit selection and `shrink`,
 a model pruned on TensorFlow loaded, evaluated, trained on and stripped
-on JAX, and one pruned on JAX loaded likewise on TensorFlow (magnitude pruning in `fit` on JAX: test_jax_magnitude_pruning.py).
+on JAX, and one pruned on JAX loaded likewise on TensorFlow (magnitude pruning in `fit` on JAX: test_magnitude_in_fit.py).
 """
 
 import keras
