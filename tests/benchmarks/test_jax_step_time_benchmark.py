@@ -1,12 +1,9 @@
 """`benchmarks.jax_step_time`, run tiny: one row per contender, files written."""
 
-import csv
-import json
-import os
-
 import pytest
 
 from benchmarks.jax_step_time import lib
+from tests.helpers import benchmark_checks
 
 pytestmark = pytest.mark.backends("jax")
 
@@ -36,13 +33,7 @@ def test_run_writes_one_row_per_contender(tmp_path):
     assert keys == [
         (model, mask) for model in _TINY.models for mask in ("none",) + _TINY.masks
     ]
-    with open(os.path.join(workdir, "jax_step_time.json")) as f:
-        written = json.load(f)
-    assert written["rows"] == rows and written["machine"]["backend"] == "jax"
-    with open(os.path.join(workdir, "jax_step_time.csv")) as f:
-        assert tuple(next(csv.reader(f))) == lib.COLUMNS
-    for row in rows:
-        assert row["step_ms"] > 0
-        if row["mask"] == "none":
-            assert row["ratio_median"] == 1.0
+    written = benchmark_checks.written(workdir, "jax_step_time", rows, lib.COLUMNS)
+    assert written["machine"]["backend"] == "jax"
+    benchmark_checks.assert_timed_against_none(rows)
     assert len(lib.format_table(rows).splitlines()) == len(rows) + 1

@@ -1,12 +1,11 @@
 """Smoke test of the sparse step-time benchmark: it runs tiny and writes its tables."""
 
-import csv
-import json
 import os
 
 import pytest
 
 from benchmarks.sparse_step_time import lib
+from tests.helpers import benchmark_checks
 
 # Graph mode only: jit compiles every contender again for no new check.
 _TINY = lib.Config(
@@ -35,10 +34,7 @@ def test_run_writes_one_row_per_contender_against_static(tmp_path):
     )
     assert by_name["static"]["updates_per_round"] == 0
     assert all(r["step_ms"] > 0 for r in rows)
-    with open(tmp_path / "sparse_step_time.json") as f:
-        assert json.load(f)["rows"] == rows
-    with open(tmp_path / "sparse_step_time.csv") as f:
-        assert tuple(next(csv.reader(f))) == lib.COLUMNS
+    benchmark_checks.written(str(tmp_path), "sparse_step_time", rows, lib.COLUMNS)
     with open(tmp_path / "sparse_step_time.md") as f:
         assert f.read() == lib.format_table(rows)
     assert os.path.exists(tmp_path / "config.json")

@@ -426,3 +426,14 @@ MODELS = {
     "sequential": sequential,
     "shared_layer": shared_layer,
 }
+
+
+def assert_same_outputs(model, small, selection, x):
+    """`small` (shrunk) computes what `model` under `selection`'s masks computes,
+    output by output, to 1e-5 of each output's scale."""
+    expected = masked_outputs(model, selection, x)
+    got = run(small, x)
+    for want, have in zip(keras.tree.flatten(expected), keras.tree.flatten(got)):
+        assert want.shape == have.shape
+        scale = float(np.max(np.abs(want))) or 1.0
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5 * scale)

@@ -18,6 +18,7 @@ from maskfit.step import (
     rule_update,
     update,
 )
+from tests.helpers import step_rules
 
 
 class KeepPositive(rules.MaskRule):
@@ -181,38 +182,13 @@ def test_pinned_variables_and_averages_do_not_move():
         np.testing.assert_array_equal(variable.numpy(), value)
 
 
-class SwapWithGradient(rules.MaskRule):
+class SwapWithGradient(step_rules.SwapAt):
     """Drops the smallest kept entry and grows the inactive one with the largest
-    gradient, in step `at`: a tiny RigL."""
-
-    uses_gradients = True
-    regrows = True
-
-    def __init__(self, at=0):
-        self.at = at
-
-    def variables(self, layer):
-        return [layer.kernel]
-
-    def should_update(self, step):
-        return tf.equal(step, self.at)
-
-    def last_update_step(self):
-        return self.at
+    gradient, in step `at`: a tiny RigL; records the gradients it saw."""
 
     def keep_masks(self, step, variables, weights, protected, keeps, gradients=None):
         self.seen = gradients
-        (w,), (g,) = weights, gradients
-        flat_w, flat_g = tf.reshape(tf.abs(w), [-1]), tf.reshape(tf.abs(g), [-1])
-        active = tf.reshape(tf.not_equal(w, 0), [-1])
-        weakest = tf.argmin(tf.where(active, flat_w, np.inf))
-        strongest = tf.argmax(tf.where(active, -1.0, flat_g))
-        keep = tf.tensor_scatter_nd_update(active, [[weakest]], [False])
-        keep = tf.tensor_scatter_nd_update(keep, [[strongest]], [True])
-        return [tf.reshape(keep, tf.shape(w))]
-
-    def get_config(self):
-        return {"at": self.at}
+        return super().keep_masks(step, variables, weights, protected, keeps, gradients)
 
 
 def test_a_rule_that_reads_gradients_regrows_an_entry_with_fresh_state():

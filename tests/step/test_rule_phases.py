@@ -3,52 +3,29 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import maskfit
 from maskfit import model as model_lib
 from maskfit.optim import traits
 from maskfit.spec import rules
+from tests.helpers import step_rules
 
 
 @keras.saving.register_keras_serializable(package="maskfit_tests")
-class TinyRigL(rules.MaskRule):
+class TinyRigL(step_rules.SwapAt):
     """Starts with the kernel's first row dropped; in step `at` drops the weakest
     kept entry and grows the dropped one with the largest gradient."""
 
-    uses_gradients = True
-    regrows = True
-
     def __init__(self, at=2):
-        self.at = at
-
-    def variables(self, layer):
-        return [layer.kernel]
-
-    def should_update(self, step):
-        return tf.equal(step, self.at)
-
-    def last_update_step(self):
-        return self.at
+        super().__init__(at)
 
     def initial_keep_masks(self, variables, frozen):
         keep = np.ones(tuple(variables[0].shape), bool)
         keep[0] = False
         return [keep]
 
-    def keep_masks(self, step, variables, weights, protected, keeps, gradients=None):
-        (w,), (keep,), (g,) = weights, keeps, gradients
-        flat_w = tf.reshape(tf.abs(w), [-1])
-        flat_g = tf.reshape(tf.abs(g), [-1])
-        kept = tf.reshape(keep, [-1])
-        weakest = tf.argmin(tf.where(kept, flat_w, np.inf))
-        strongest = tf.argmax(tf.where(kept, -1.0, flat_g))
-        new = tf.tensor_scatter_nd_update(kept, [[weakest]], [False])
-        new = tf.tensor_scatter_nd_update(new, [[strongest]], [True])
-        return [tf.reshape(new, tf.shape(w))]
-
-    def get_config(self):
-        return {"at": self.at}
+    def kept(self, weight, keep):
+        return keep
 
 
 class Record(keras.callbacks.Callback):

@@ -81,14 +81,6 @@ def _params():
     ]
 
 
-def _assert_same_outputs(model, small, selection, x):
-    expected = models.masked_outputs(model, selection, x)
-    got = models.run(small, x)
-    assert got.shape == expected.shape
-    scale = float(np.max(np.abs(expected))) or 1.0
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * scale)
-
-
 def _removed_fraction(selection):
     removable = sum(len(group.atoms) for group in selection.graph.groups)
     return 1.0 - np.sum(selection.kept) / removable
@@ -118,7 +110,7 @@ def test_application_prunes_to_half_one_shot_and_in_fit(name):
     selection = pruning.select_units(model, 0.5)
     assert 0.4 <= _removed_fraction(selection) <= 0.6
     small = pruning.shrink(model, selection)
-    _assert_same_outputs(model, small, selection, x)
+    models.assert_same_outputs(model, small, selection, x)
     assert small.count_params() < model.count_params()
 
     pruned = pruning.prune_units(
@@ -132,7 +124,7 @@ def test_application_prunes_to_half_one_shot_and_in_fit(name):
     pruned.fit(x, y, batch_size=1, epochs=1, verbose=0)
     selection = pruning.unit_selection(pruned)
     assert 0.4 <= _removed_fraction(selection) <= 0.6
-    _assert_same_outputs(pruned, pruning.shrink(pruned), selection, x)
+    models.assert_same_outputs(pruned, pruning.shrink(pruned), selection, x)
 
 
 def test_the_layers_applications_define_for_themselves_are_coupled():
@@ -150,4 +142,4 @@ def test_the_layers_applications_define_for_themselves_are_coupled():
     selection = pruning.select_units(model, 0.5)
     small = pruning.shrink(model, selection)
     assert small.get_layer("scale").projection_dim == 4
-    _assert_same_outputs(model, small, selection, models._x((2, 5, 5, 3)))
+    models.assert_same_outputs(model, small, selection, models._x((2, 5, 5, 3)))

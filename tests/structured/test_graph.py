@@ -274,25 +274,10 @@ def test_register_coupling_for_a_subclass_of_a_keras_layer():
 
 def test_the_docstring_examples_run():
     import doctest
+    import importlib
 
-    from maskfit.structured import (
-        couplings,
-        importance,
-        shrinking,
-        sizes,
-        structured,
-        unit_choice,
-        unit_graph,
-    )
-
-    for module in (
-        couplings,
-        importance,
-        shrinking,
-        sizes,
-        structured,
-        unit_choice,
-        unit_graph,
-    ):
+    names = "couplings importance shrinking sizes structured unit_choice unit_graph"
+    for name in names.split():
+        module = importlib.import_module(f"maskfit.structured.{name}")
         results = doctest.testmod(module)
         assert results.attempted and not results.failed, module.__name__

@@ -71,15 +71,6 @@ OP_MODELS = {
 }
 
 
-def _assert_same_outputs(model, small, selection, x):
-    expected = models.masked_outputs(model, selection, x)
-    got = models.run(small, x)
-    for want, have in zip(keras.tree.flatten(expected), keras.tree.flatten(got)):
-        assert want.shape == have.shape
-        scale = float(np.max(np.abs(want))) or 1.0
-        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5 * scale)
-
-
 @pytest.mark.parametrize("name", list(OP_MODELS))
 def test_ops_couple_as_their_gradients_say_and_shrink_computes_the_same(name):
     model, x = OP_MODELS[name]()
@@ -88,7 +79,7 @@ def test_ops_couple_as_their_gradients_say_and_shrink_computes_the_same(name):
     selection = pruning.select_units(model, 0.5)
     assert selection.removed()
     small = pruning.shrink(model, selection)
-    _assert_same_outputs(model, small, selection, x)
+    models.assert_same_outputs(model, small, selection, x)
     report = pruning.size_report(model, small)
     assert report.params_after < report.params_before
 
@@ -131,7 +122,7 @@ def test_a_constant_per_channel_keeps_the_channels_and_a_scalar_does_not():
     selection = pruning.select_units(model, 0.5)
     small = pruning.shrink(model, selection)
     assert small.get_layer("shifted").units == 4
-    _assert_same_outputs(model, small, selection, models._x((3, 4)))
+    models.assert_same_outputs(model, small, selection, models._x((3, 4)))
 
 
 def test_nothing_removed_shrinks_a_graph_of_ops_without_error(tmp_path):
@@ -153,7 +144,7 @@ def test_prune_units_trains_through_ops(mode):
     selection = pruning.unit_selection(pruned)
     small = pruning.shrink(pruned)
     assert small.get_layer("expand").filters == 4
-    _assert_same_outputs(pruned, small, selection, x)
+    models.assert_same_outputs(pruned, small, selection, x)
 
 
 # keras.ops calls on a (batch, 3, 8) tensor whose 8 channels are units: each
@@ -211,7 +202,7 @@ def test_each_passing_op_agrees_with_its_gradients_and_shrinks(name):
     selection = pruning.select_units(model, 0.5)
     small = pruning.shrink(model, selection)
     assert small.get_layer("hidden").units == 4
-    _assert_same_outputs(model, small, selection, models._x((3, 3, 4)))
+    models.assert_same_outputs(model, small, selection, models._x((3, 3, 4)))
 
 
 @pytest.mark.skipif(
@@ -255,7 +246,7 @@ def test_a_branch_joined_to_a_stream_keeps_a_unit_whatever_the_ranking():
     selection = pruning.select_units(model, 0.75)
     small = pruning.shrink(model, selection)
     assert small.get_layer("small_branch").units == 1
-    _assert_same_outputs(model, small, selection, models._x((3, 4)))
+    models.assert_same_outputs(model, small, selection, models._x((3, 4)))
 
 
 def test_a_branch_joined_to_a_stream_keeps_a_unit_in_fit(mode):
@@ -268,7 +259,7 @@ def test_a_branch_joined_to_a_stream_keeps_a_unit_in_fit(mode):
     pruned.fit(x, np.zeros((4, 2)), batch_size=1, epochs=1, verbose=0)
     small = pruning.shrink(pruned)
     assert small.get_layer("small_branch").units == 1
-    _assert_same_outputs(pruned, small, pruning.unit_selection(pruned), x)
+    models.assert_same_outputs(pruned, small, pruning.unit_selection(pruned), x)
 
 
 def test_an_op_whose_coupling_fails_keeps_its_units_and_says_why(monkeypatch):

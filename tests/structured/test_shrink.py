@@ -52,15 +52,6 @@ def pruned(name):
     return _PRUNED[name]
 
 
-def assert_same_outputs(model, small, selection, x):
-    expected = models.masked_outputs(model, selection, x)
-    got = models.run(small, x)
-    for want, have in zip(keras.tree.flatten(expected), keras.tree.flatten(got)):
-        assert want.shape == have.shape
-        scale = float(np.max(np.abs(want))) or 1.0
-        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5 * scale)
-
-
 def train_once(model, x):
     """One SGD step on a squared-output loss; returns whether every weight got a gradient."""
     variables = model.trainable_variables
@@ -87,7 +78,7 @@ def test_couplings_hold_and_shrink_computes_what_the_pruned_model_computes(name)
         type(l).__module__.startswith("maskfit") for l in internals.sublayers(small)
     )
     assert [l.name for l in small.layers] == [l.name for l in model.layers]
-    assert_same_outputs(model, small, selection, x)
+    models.assert_same_outputs(model, small, selection, x)
     report = pruning.size_report(model, small)
     assert report.params_after < report.params_before
     assert report.macs_after < report.macs_before
@@ -119,7 +110,7 @@ def test_removing_a_unit_takes_what_is_joined_to_it():
         small.get_layer("stem_bn").moving_variance.numpy(),
         np.delete(model.get_layer("stem_bn").moving_variance.numpy(), [3, 5]),
     )
-    assert_same_outputs(model, small, selection, x)
+    models.assert_same_outputs(model, small, selection, x)
 
 
 def test_attention_loses_whole_heads():
@@ -134,7 +125,7 @@ def test_attention_loses_whole_heads():
         mha.query_dense.kernel.numpy(),
         model.get_layer("mha").query_dense.kernel.numpy()[:, [0, 3]],
     )
-    assert_same_outputs(model, small, selection, x)
+    models.assert_same_outputs(model, small, selection, x)
 
 
 def test_group_normalization_loses_whole_groups_and_flatten_each_position():
@@ -145,7 +136,7 @@ def test_group_normalization_loses_whole_groups_and_flatten_each_position():
     assert selection.removed() == {"conv": {"units": [2, 3]}}
     small = pruning.shrink(model, selection)
     assert small.get_layer("gn").groups == 3
-    assert_same_outputs(model, small, selection, x)
+    models.assert_same_outputs(model, small, selection, x)
 
     # Flatten after a conv: a removed channel goes at every position.
     model, x, _, _ = pruned("flatten_after_conv")
