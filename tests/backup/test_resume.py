@@ -81,13 +81,19 @@ def run_interrupted(tmp_path, variant):
     return dirs
 
 
-@pytest.mark.slow  # worker processes, killed and resumed
-def test_killed_and_raising_runs_resume_bit_identical(tmp_path):
-    dirs = run_interrupted(tmp_path, "masks")
-
+def resumed_as_uninterrupted(tmp_path, variant):
+    """Runs `variant` whole, raised and killed; asserts both resumed runs end with
+    the whole run's weights, bit for bit; returns the folders and those weights."""
+    dirs = run_interrupted(tmp_path, variant)
     reference = weights(dirs["full"] / "weights_full.npz")
     assert_same(weights(dirs["raised"] / "weights_raise.npz"), reference)
     assert_same(weights(dirs["killed"] / "weights_resume.npz"), reference)
+    return dirs, reference
+
+
+@pytest.mark.slow  # worker processes, killed and resumed
+def test_killed_and_raising_runs_resume_bit_identical(tmp_path):
+    dirs, reference = resumed_as_uninterrupted(tmp_path, "masks")
     assert_frozen_unchanged(weights(dirs["full"] / "initial.npz"), reference)
     # The restarted runs did only what was left: epochs 3 and 4 of 4 steps.
     assert (dirs["full"] / "steps_full.txt").read_text() == "16"
@@ -97,11 +103,7 @@ def test_killed_and_raising_runs_resume_bit_identical(tmp_path):
 
 @pytest.mark.slow  # worker processes, killed and resumed
 def test_pruned_runs_resume_bit_identical_keep_masks_included(tmp_path):
-    dirs = run_interrupted(tmp_path, "pruning")
-
-    reference = weights(dirs["full"] / "weights_full.npz")
-    assert_same(weights(dirs["raised"] / "weights_raise.npz"), reference)
-    assert_same(weights(dirs["killed"] / "weights_resume.npz"), reference)
+    dirs, reference = resumed_as_uninterrupted(tmp_path, "pruning")
     body_kernel, head_kernel, body_keep, head_keep = 0, 2, 4, 5
     assert len(reference) == 6  # 4 weights, 2 keep masks
     for kernel, keep in ((body_kernel, body_keep), (head_kernel, head_keep)):

@@ -1,21 +1,18 @@
 """Runs experiments' command lines in a subprocess, several argvs in one."""
 
 import json
-import subprocess
-import sys
 
 from tests.helpers import checkout
 
 
 def run(script, *args, timeout=300):
     """`python tests/scripts/<script> ARGS...` from the repository, TensorFlow quiet."""
-    return subprocess.run(
-        [sys.executable, checkout.script(script), *args],
-        cwd=checkout.ROOT,
-        env=checkout.env(TF_CPP_MIN_LOG_LEVEL="3"),
-        capture_output=True,
-        text=True,
+    return checkout.run(
+        checkout.script(script),
+        *args,
         timeout=timeout,
+        cwd=checkout.ROOT,
+        TF_CPP_MIN_LOG_LEVEL="3",
     )
 
 

@@ -172,12 +172,18 @@ def test_values_only_changes_keep_the_step_and_frozen_changes_retrace_once():
     assert TraceCounter.traces == traces + 1
 
 
+def _with_a_frozen():
+    """`mlp()` with layer a frozen whole, compiled with Adam (not fit yet)."""
+    model, a, _, _ = mlp()
+    maskfit.set_mask(a, maskfit.OutputMask([0] * 5))
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    return model
+
+
 def test_saved_and_loaded_models_keep_the_optimizer_state_of_the_learnable_variables(
     tmp_path,
 ):
-    model, a, b, head = mlp()
-    maskfit.set_mask(a, maskfit.OutputMask([0] * 5))
-    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    model = _with_a_frozen()
     x, y = data()
     model.fit(x, y, batch_size=4, verbose=0)
     model.save(tmp_path / "m.keras")
@@ -197,15 +203,11 @@ def test_saved_and_loaded_models_keep_the_optimizer_state_of_the_learnable_varia
 
 
 def test_weights_only_checkpoints_rebuild_the_optimizer_they_were_saved_with(tmp_path):
-    model, a, b, head = mlp()
-    maskfit.set_mask(a, maskfit.OutputMask([0] * 5))
-    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    model = _with_a_frozen()
     x, y = data()
     model.fit(x, y, batch_size=4, verbose=0)
     model.save_weights(tmp_path / "w.weights.h5")
-    fresh, fa, _, _ = mlp()
-    maskfit.set_mask(fa, maskfit.OutputMask([0] * 5))
-    fresh.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    fresh = _with_a_frozen()
     fresh.optimizer.build(fresh.trainable_variables)  # as BackupAndRestore does
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)

@@ -587,19 +587,10 @@ def test_the_docstring_examples_run():
 @pytest.fixture(scope="module")
 def mirrored_runs(tmp_path_factory):
     """Runs learning_rate_runs.py (MirroredStrategy over 2 logical CPUs) once."""
-    import subprocess
-    import sys
-
     from tests.helpers import checkout, learning_rate_runs
 
     out = tmp_path_factory.mktemp("mirrored_rates")
-    done = subprocess.run(
-        [sys.executable, learning_rate_runs.__file__, str(out)],
-        env=checkout.env(TF_CPP_MIN_LOG_LEVEL="2"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = checkout.run(learning_rate_runs.__file__, out, TF_CPP_MIN_LOG_LEVEL="2")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return out
 

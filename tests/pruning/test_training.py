@@ -1,8 +1,5 @@
 """Pruning inside the training step: exact zeros, TF-MOT's steps, composition, retraces."""
 
-import subprocess
-import sys
-
 import keras
 import numpy as np
 import pytest
@@ -284,18 +281,8 @@ def test_pruning_holds_under_mixed_precision():
 
 
 def test_pruning_holds_on_every_replica_under_mirrored_strategy():
-    done = subprocess.run(
-        [
-            sys.executable,
-            checkout.script("pruning_mirrored_run.py"),
-            "float32",
-            "mixed_bfloat16",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=checkout.env(),
-    )
+    script = checkout.script("pruning_mirrored_run.py")
+    done = checkout.run(script, "float32", "mixed_bfloat16")
     assert done.returncode == 0 and "ok float32\nok mixed_bfloat16" in done.stdout, (
         done.stdout[-2000:] + done.stderr[-3000:]
     )

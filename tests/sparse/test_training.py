@@ -9,9 +9,6 @@ RigL grows where a separately computed gradient is largest, and it composes
 with set_mask, pruning, mixed precision, save-and-resume and replicas.
 """
 
-import subprocess
-import sys
-
 import keras
 import numpy as np
 import pytest
@@ -316,14 +313,7 @@ def test_rigl_with_factored_optimizer_state_is_one_clear_error():
 
 @pytest.mark.slow  # a worker process with 2 logical CPUs: ~12-30 s
 def test_replicas_of_a_mirrored_strategy_agree():
-    script = checkout.script("sparse_mirrored_run.py")
-    done = subprocess.run(
-        [sys.executable, script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=checkout.env(),
-    )
+    done = checkout.run(checkout.script("sparse_mirrored_run.py"))
     assert done.returncode == 0 and "ok" in done.stdout, (
         done.stdout[-2000:] + done.stderr[-3000:]
     )

@@ -5,8 +5,6 @@ one-shot pruning; shrink after fit."""
 
 import json
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -265,13 +263,7 @@ def test_taylor_importance_on_two_replicas_sums_the_global_batch(tmp_path):
     from tests.helpers import checkout
     from tests.helpers import structured_distributed_run as run
 
-    done = subprocess.run(
-        [sys.executable, run.__file__, str(tmp_path)],
-        env=checkout.env(TF_CPP_MIN_LOG_LEVEL="2"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = checkout.run(run.__file__, tmp_path, TF_CPP_MIN_LOG_LEVEL="2")
     assert done.returncode == 0, done.stderr[-3000:]
     with open(tmp_path / "taylor.json") as f:
         result = json.load(f)
