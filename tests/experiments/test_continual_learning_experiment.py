@@ -5,13 +5,11 @@ owners and logits after every task), not against what the run reports.
 """
 
 import dataclasses
-import glob
 import json
 import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from experiments.continual_learning import gradmask, methods, net, packnet, report
 from experiments.continual_learning import tasks as tasks_lib
@@ -358,15 +356,6 @@ def test_tiny_run_reports_the_matrix_average_and_backward_transfer(tiny):
     assert sizes["separate"] <= sizes["packnet"] == sizes["finetune"] == sizes["ewc"]
 
 
-def _scalar_tags(directory):
-    tags = set()
-    for path in glob.glob(os.path.join(directory, "events.out.tfevents.*")):
-        for record in tf.data.TFRecordDataset(path):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            tags.update(value.tag for value in event.summary.value)
-    return tags
-
-
 @pytest.mark.slow
 def test_tiny_run_writes_config_metrics_table_figure_and_events(tiny):
     workdir, metrics, _ = tiny
@@ -382,29 +371,19 @@ def test_tiny_run_writes_config_metrics_table_figure_and_events(tiny):
     with open(os.path.join(workdir, "continual_learning.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     for method in TINY.methods:
-        tags = _scalar_tags(
+        tags = checks.scalar_tags(
             os.path.join(workdir, "tensorboard", "permuted_digits", method)
         )
         assert {"average_accuracy", "task_1", "task_3", "backward_transfer"} <= tags
         assert "seed_0/task_2" in tags
 
 
-def test_figure_is_skipped_with_a_warning_without_matplotlib(
-    tiny, tmp_path, monkeypatch, caplog
-):
-    _, metrics, _ = tiny
-    checks.assert_figure_skipped_without_matplotlib(
-        lambda path: report.figure(metrics["summary"], TINY, path),
-        str(tmp_path / "figure.png"),
-        monkeypatch,
-        caplog,
-    )
-
-
-def test_run_without_scikit_learn_says_what_to_install_before_writing(
-    tmp_path, monkeypatch
-):
-    checks.assert_run_needs_scikit_learn(run, TINY, tmp_path, monkeypatch)
+(
+    test_figure_is_skipped_with_a_warning_without_matplotlib,
+    test_run_without_scikit_learn_says_what_to_install_before_writing,
+) = checks.optional_extras_tests(
+    lambda tiny, path: report.figure(tiny[1]["summary"], TINY, path), run, TINY
+)
 
 
 @pytest.mark.parametrize(

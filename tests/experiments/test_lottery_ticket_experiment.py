@@ -6,14 +6,12 @@ promises against those records, not against what the run reports of itself.
 """
 
 import dataclasses
-import glob
 import json
 import os
 
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import maskfit
 from experiments.lottery_ticket import report as lottery_ticket_report
@@ -209,15 +207,6 @@ def test_random_pruning_matches_the_ticket_sparsity_per_layer(tiny):
             previous = masks
 
 
-def _scalar_tags(directory):
-    tags = set()
-    for path in glob.glob(os.path.join(directory, "events.out.tfevents.*")):
-        for record in tf.data.TFRecordDataset(path):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            tags.update(value.tag for value in event.summary.value)
-    return tags
-
-
 def test_run_writes_config_metrics_table_figure_and_events(tiny):
     config, workdir, metrics, _ = tiny
     with open(os.path.join(workdir, "config.json")) as f:
@@ -231,7 +220,7 @@ def test_run_writes_config_metrics_table_figure_and_events(tiny):
             assert len(row["test_accuracy"]["values"]) == len(config.seeds)
             stats = row["early_stop_iteration"]
             assert stats["min"] <= stats["mean"] <= stats["max"] <= config.train_steps
-        tags = _scalar_tags(os.path.join(workdir, "tensorboard", arm))
+        tags = checks.scalar_tags(os.path.join(workdir, "tensorboard", arm))
         assert {"test_accuracy", "early_stop_iteration", "remaining_percent"} <= tags
         assert "round_03/seed_1/validation_loss" in tags
     with open(os.path.join(workdir, "table.md")) as f:
@@ -261,22 +250,14 @@ def test_early_stop_is_the_step_of_least_validation_loss(tiny):
             assert result["stopped_at_end"] == (best == len(steps) - 1)
 
 
-def test_figure_is_skipped_with_a_warning_without_matplotlib(
-    tiny, tmp_path, monkeypatch, caplog
-):
-    config, _, metrics, _ = tiny
-    checks.assert_figure_skipped_without_matplotlib(
-        lambda path: lottery_ticket_report.figure(metrics["summary"], config, path),
-        str(tmp_path / "figure.png"),
-        monkeypatch,
-        caplog,
-    )
-
-
-def test_run_without_scikit_learn_says_what_to_install_before_writing(
-    tmp_path, monkeypatch
-):
-    checks.assert_run_needs_scikit_learn(run, TINY, tmp_path, monkeypatch)
+(
+    test_figure_is_skipped_with_a_warning_without_matplotlib,
+    test_run_without_scikit_learn_says_what_to_install_before_writing,
+) = checks.optional_extras_tests(
+    lambda tiny, path: lottery_ticket_report.figure(tiny[2]["summary"], tiny[0], path),
+    run,
+    TINY,
+)
 
 
 @pytest.mark.parametrize(

@@ -7,14 +7,12 @@ weights per layer, paired starts) against those records.
 """
 
 import dataclasses
-import glob
 import json
 import os
 
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import maskfit
 from experiments.sparse_training import report, train
@@ -195,15 +193,6 @@ def test_allocation_is_erk_over_the_models_kernels(tiny):
         assert result["allocated"] == {e.layer.name: e.sparsity for e in expected}
 
 
-def _scalar_tags(directory):
-    tags = set()
-    for path in glob.glob(os.path.join(directory, "events.out.tfevents.*")):
-        for record in tf.data.TFRecordDataset(path):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            tags.update(value.tag for value in event.summary.value)
-    return tags
-
-
 def test_run_writes_config_metrics_table_figure_and_events(tiny):
     workdir, metrics, _ = tiny
     with open(os.path.join(workdir, "config.json")) as f:
@@ -220,7 +209,9 @@ def test_run_writes_config_metrics_table_figure_and_events(tiny):
             rows = metrics["summary"][task][method]
             sparsities = (0.0,) if method == "dense" else TINY.sparsities
             assert [row["sparsity"] for row in rows] == list(sparsities)
-            tags = _scalar_tags(os.path.join(workdir, "tensorboard", task, method))
+            tags = checks.scalar_tags(
+                os.path.join(workdir, "tensorboard", task, method)
+            )
             assert {"test_accuracy", "kernel_density"} <= tags
     with open(os.path.join(workdir, "sparse_training.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
