@@ -18,10 +18,7 @@ _TINY = harness.Config(
     cnn_filters=(4, 8),
     cnn_image=8,
     cnn_batch=4,
-    steps=2,
-    steps_per_execution=1,
-    warmup_steps=1,
-    repeats=1,
+    **benchmark_checks.TINY_TIMING,
 )
 
 

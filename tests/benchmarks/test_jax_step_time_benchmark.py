@@ -18,10 +18,7 @@ _TINY = lib.Config(
     bert_vocabulary=20,
     bert_sequence=4,
     bert_batch=2,
-    steps=2,
-    steps_per_execution=1,
-    warmup_steps=1,
-    repeats=1,
+    **benchmark_checks.TINY_TIMING,
 )
 
 

@@ -4,6 +4,9 @@ import csv
 import json
 import os
 
+# A step-time benchmark timed as briefly as it runs: two steps, one repeat.
+TINY_TIMING = dict(steps=2, steps_per_execution=1, warmup_steps=1, repeats=1)
+
 
 def written(workdir, name, rows, columns):
     """Asserts `<name>.json` holds `rows` and `<name>.csv` one row each under

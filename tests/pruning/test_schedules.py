@@ -41,16 +41,16 @@ def execution(request):
     return request.param
 
 
+# TF-MOT's own example schedule (test_tfmot_parity.py runs it against TF-MOT).
+TFMOT_EXAMPLE = dict(
+    initial_sparsity=0.0, final_sparsity=0.9, begin_step=0, end_step=400, frequency=20
+)
+
+
 @pytest.mark.parametrize(
     "arguments",
     [
-        dict(
-            initial_sparsity=0.0,
-            final_sparsity=0.9,
-            begin_step=0,
-            end_step=400,
-            frequency=20,
-        ),
+        TFMOT_EXAMPLE,
         dict(
             initial_sparsity=0.2,
             final_sparsity=0.8,

@@ -14,6 +14,7 @@ import tensorflow as tf
 from hypothesis import strategies as st
 
 from maskfit import pruning
+from tests.pruning.test_schedules import TFMOT_EXAMPLE
 
 
 def _import_tfmot():
@@ -46,16 +47,7 @@ def _fresh_keras():
 
 
 _SCHEDULES = [
-    (
-        "PolynomialDecay",
-        dict(
-            initial_sparsity=0.0,
-            final_sparsity=0.9,
-            begin_step=0,
-            end_step=400,
-            frequency=20,
-        ),
-    ),
+    ("PolynomialDecay", TFMOT_EXAMPLE),
     (
         "PolynomialDecay",
         dict(
