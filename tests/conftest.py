@@ -1,7 +1,6 @@
 """Shared test set-up: quiet TensorFlow, the backend's tests, the modes, fresh seeds."""
 
 import os
-import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -11,6 +10,8 @@ import pytest  # noqa: E402
 from maskfit.step import masker as masker_lib  # noqa: E402
 
 # The three ways Keras runs a step; tests that promise exactness run in all.
+# Under JAX, Keras compiles a step that is not run eagerly with jax.jit either
+# way, so "graph" would repeat "jit": a `mode` test there runs eager and jit.
 MODES = {
     "eager": dict(run_eagerly=True),
     "graph": dict(),
@@ -22,34 +23,28 @@ MODES = {
 # also runs with `mode` set this way.
 FUSED = "graph_fused"
 
-# The Keras backend under test, fixed when Keras is imported (KERAS_BACKEND).
-# Under TensorFlow the suite is every test file but tests/jax/; under JAX
-# (`KERAS_BACKEND=jax python -m pytest ... tests`, .ci/run's second
-# invocation) it is tests/jax/ and the files below, which test what does
-# not depend on the backend (declarations, summaries, units) and pass on both.
+# The Keras backend under test, fixed when Keras is imported (KERAS_BACKEND):
+# each backend is its own pytest invocation. A test runs under the backends
+# its `backends` marker names (`pytestmark = pytest.mark.backends("tensorflow",
+# "jax")` for a module, or on one test), under TensorFlow alone when it has
+# none; under any other backend it is deselected (and counted so).
 BACKEND = keras.backend.backend()
-_TESTS = pathlib.Path(__file__).parent
-_JAX_FOLDER = _TESTS / "jax"
-BOTH_BACKENDS = frozenset(
-    [
-        "test_backend_support.py",
-        "test_layers.py",
-        "test_moved.py",
-        "test_packaging.py",
-        "test_specs.py",
-        "test_summary.py",
-    ]
-)
+DEFAULT_BACKENDS = ("tensorflow",)
 
 
-def pytest_ignore_collect(collection_path, config):
-    path = pathlib.Path(collection_path)
-    if path.suffix != ".py" or not path.name.startswith("test_"):
-        return None
-    in_jax_folder = _JAX_FOLDER in path.parents
-    if BACKEND == "jax":
-        return not (in_jax_folder or path.name in BOTH_BACKENDS)
-    return True if in_jax_folder else None
+def backends_of(node):
+    """The backends a collected test (or its module or class) runs under."""
+    marker = node.get_closest_marker("backends")
+    return tuple(marker.args) if marker is not None else DEFAULT_BACKENDS
+
+
+def pytest_collection_modifyitems(config, items):
+    kept, deselected = [], []
+    for item in items:
+        (kept if BACKEND in backends_of(item) else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 def pytest_configure(config):
@@ -63,8 +58,9 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        "other_modes_slow: the `mode` test's eager and jit cases are `slow` (a matrix"
-        " over optimizers or layers whose promise in those modes a fast test keeps)",
+        "other_modes_slow: under TensorFlow the `mode` test's eager and jit cases are"
+        " `slow` (a matrix over optimizers or layers whose promise in those modes a"
+        " fast test keeps); JAX's two modes both stay fast",
     )
     config.addinivalue_line(
         "markers",
@@ -92,12 +88,20 @@ def _parametrized_directly(metafunc, name):
 def pytest_generate_tests(metafunc):
     if "mode" in metafunc.fixturenames and not _parametrized_directly(metafunc, "mode"):
         names = sorted(MODES)
-        if metafunc.definition.get_closest_marker("other_modes_slow") is not None:
+        if BACKEND == "jax":
+            names.remove("graph")
+        if (
+            BACKEND == "tensorflow"
+            and metafunc.definition.get_closest_marker("other_modes_slow") is not None
+        ):
             names = [
                 name if name == "graph" else pytest.param(name, marks=pytest.mark.slow)
                 for name in names
             ]
-        if metafunc.definition.get_closest_marker("fused_too") is not None:
+        if (
+            BACKEND == "tensorflow"
+            and metafunc.definition.get_closest_marker("fused_too") is not None
+        ):
             # The fused variant repeats graph mode with XLA in the update: slow.
             names.append(pytest.param(FUSED, marks=pytest.mark.slow))
         metafunc.parametrize("mode", names, indirect=True)

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 
-import distributed_runs
 import keras
 import numpy as np
 import pytest
@@ -23,10 +22,9 @@ from absl import flags
 
 from experiments import common
 from maskfit import distribute
+from tests.helpers import checkout, distributed_runs
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-SCRIPT = os.path.join(HERE, "distributed_runs.py")
+SCRIPT = distributed_runs.__file__
 TIMEOUT_S = 180
 # How closely a run on several replicas follows the single-device run.
 TOLERANCE = {
@@ -37,8 +35,7 @@ TOLERANCE = {
 
 
 def _env(**extra):
-    path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-    return dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="2", **extra)
+    return checkout.env(TF_CPP_MIN_LOG_LEVEL="2", **extra)
 
 
 def _tail(path, lines=40):

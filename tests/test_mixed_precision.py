@@ -1,12 +1,12 @@
 """Frozen entries stay exact under mixed_float16 (loss scaling) and mixed_bfloat16."""
 
-import distributed_runs
 import keras
 import numpy as np
 import pytest
 
 import maskfit
 from maskfit import distribute
+from tests.helpers import distributed_runs
 
 POLICIES = ["mixed_float16", "mixed_bfloat16"]
 # How closely MaskedModel without masks follows keras.Model in each policy.

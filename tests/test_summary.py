@@ -7,6 +7,8 @@ import pytest
 import maskfit
 from maskfit.summary import summary
 
+pytestmark = pytest.mark.backends("tensorflow", "jax")
+
 
 def _model(hidden_mask=None, head_mask=None):
     """Input(3) -> Dense(4) -> BatchNorm -> Dense(2); 34 trainable, 8 not."""

@@ -2,7 +2,7 @@
 
 Kept for the record: it documents what the files hold. It needs the 0.1.0
 code (masks kept by position in the trainable list), so it is not run by the
-suite; `tests/test_legacy_files.py` loads what it wrote with today's maskfit.
+suite; `tests/model/test_legacy_files.py` loads what it wrote with today's maskfit.
 
     git checkout 9558f8c && python tests/data/maskfit_0_1_0/make_files.py
 """

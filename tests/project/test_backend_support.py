@@ -1,0 +1,97 @@
+"""maskfit.support: the backend table, README's copy of it, the import refusal.
+
+Runs under both backends (its `backends` marker).
+"""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from maskfit import support
+
+pytestmark = pytest.mark.backends("tensorflow", "jax")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _table(path, heading):
+    """`{feature: (tensorflow cell, jax cell)}` from the table under `heading`."""
+    text = (ROOT / path).read_text()
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("feature", "") or set(cells[0]) <= {"-"}:
+            continue
+        rows[cells[0]] = (cells[1], cells[2])
+    return rows
+
+
+@pytest.mark.parametrize(
+    "path, heading",
+    [("README.md", "Backends"), ("docs/backends.md", "What runs where")],
+)
+def test_the_tables_of_readme_and_docs_are_the_support_table(path, heading):
+    rows = _table(path, heading)
+    expected = {
+        row.name: tuple(
+            "yes" if backend in row.backends else "no" for backend in support.BACKENDS
+        )
+        for row in support.FEATURES.values()
+    }
+    assert rows == expected
+
+
+def test_every_refused_feature_says_what_to_do_instead():
+    for key, row in support.FEATURES.items():
+        if set(row.backends) != set(support.BACKENDS):
+            assert row.instead, (
+                f"{key} runs on {row.backends} only but says no alternative"
+            )
+
+
+def test_refusal_names_backend_feature_and_alternative(monkeypatch):
+    monkeypatch.setattr(support, "backend", lambda: "jax")
+    with pytest.raises(NotImplementedError) as caught:
+        support.require("exact_backup")
+    message = str(caught.value)
+    assert "ExactBackupAndRestore" in message
+    assert "'jax' (KERAS_BACKEND=jax)" in message
+    assert "it runs on tensorflow" in message
+    assert "keras.callbacks.BackupAndRestore" in message
+    support.require("model")  # runs on both: no error
+
+
+def test_torch_backend_import_error_says_what_runs_where():
+    with pytest.raises(ImportError) as caught:
+        support.check_backend("torch")
+    message = str(caught.value)
+    assert "'torch' (KERAS_BACKEND=torch)" in message
+    assert "KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax" in message
+    for row in support.FEATURES.values():
+        assert (row.name in message) == ("jax" not in row.backends), row.name
+    for backend in support.BACKENDS:
+        support.check_backend(backend)
+
+
+@pytest.mark.parametrize("backend", ["numpy"])
+def test_import_under_an_unsupported_backend_fails_at_once(backend):
+    # torch is not installed here; Keras's numpy backend needs nothing more
+    # and reaches the same check.
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run(
+        [sys.executable, "-c", "import maskfit"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.match(r"ImportError: maskfit runs on the Keras backends", last), last
+    assert f"KERAS_BACKEND={backend}" in last

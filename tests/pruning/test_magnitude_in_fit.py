@@ -1,0 +1,267 @@
+"""Magnitude pruning in `fit`, under both backends: TF-MOT's schedule, its masks
+(same ranking, ties and sparsity; under JAX the TensorFlow path's, computed in a
+TensorFlow subprocess), pruned weights held bit for bit at 0, keep masks saved
+and loaded, and `strip_pruning` afterwards. Under TensorFlow the eager and jit
+cases run with the slow tests (test_training.py covers the modes there).
+"""
+
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import maskfit
+import maskfit.pruning as pruning
+from maskfit.model import training
+from maskfit.pruning import magnitude
+
+pytestmark = [pytest.mark.backends("tensorflow", "jax"), pytest.mark.other_modes_slow]
+
+BEGIN, END, FREQUENCY, FINAL = 2, 8, 2, 0.75
+NAMES = ("hidden", "head")
+
+
+def _schedule():
+    return pruning.PolynomialDecay(0.0, FINAL, BEGIN, END, frequency=FREQUENCY)
+
+
+def _model():
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(16, activation="relu", name="hidden"),
+            keras.layers.Dense(3, name="head"),
+        ]
+    )
+    return pruning.prune_low_magnitude(model, _schedule())
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 6)).astype("float32")
+    return x, rng.normal(size=(8, 3)).astype("float32")
+
+
+def _kernels(model):
+    return [np.array(model.get_layer(n).kernel.numpy()) for n in NAMES]
+
+
+def _keeps(model):
+    """The model's keep masks by layer name (`{}` before the first pruning step)."""
+    variables = training.all_trainable_variables(model)
+    found = training.keep_masks(model)
+    return {
+        name: found[i]
+        for i, v in enumerate(variables)
+        for name in NAMES
+        if v is model.get_layer(name).kernel and i in found
+    }
+
+
+def _numpy_keep(weights, sparsity):
+    """TF-MOT's ranking in numpy: the k largest magnitudes, ties kept."""
+    flat = np.abs(weights).ravel()
+    k = max(int(np.round(np.float32(flat.size) * np.float32(1 - sparsity))), 1)
+    threshold = np.sort(flat)[::-1][k - 1]
+    return np.abs(weights) >= threshold
+
+
+def _train(model, steps, check):
+    x, y = _data()
+    for _ in range(steps):
+        step = int(model.optimizer.iterations.numpy()) + 1  # TF-MOT's step
+        before = _kernels(model)
+        old = _keeps(model)
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+        check(step, before, old, model)
+
+
+def _check_step(step, before, old, model):
+    prune, sparsity = _schedule()(step)
+    keeps = _keeps(model)
+    for name, weights, kernel in zip(NAMES, before, _kernels(model)):
+        if bool(prune):
+            expected = magnitude.magnitude_mask(np.abs(weights), sparsity).numpy()
+            expected = expected != 0
+            np.testing.assert_array_equal(keeps[name], expected)
+            np.testing.assert_array_equal(
+                keeps[name], _numpy_keep(weights, float(sparsity))
+            )
+            kept = magnitude.kept_count(weights.size, float(sparsity))
+            assert int(keeps[name].sum()) == kept
+        elif name in old:
+            np.testing.assert_array_equal(keeps[name], old[name])
+        if name in keeps:
+            # Pruned entries are +0.0, bit for bit, after every step.
+            dropped = kernel[~keeps[name]]
+            np.testing.assert_array_equal(dropped, np.zeros_like(dropped))
+            assert not np.signbit(dropped).any()
+            assert np.all(kernel[keeps[name]] != 0)
+
+
+def _compiled(model, mode):
+    model.compile(
+        optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.1),
+        loss="mse",
+        **mode,
+    )
+    return model
+
+
+def test_masks_follow_the_schedule_and_hold(mode):
+    model = _compiled(_model(), mode)
+    _train(model, END + 3, _check_step)
+    sparsities = [1 - k.mean() for k in _keeps(model).values()]
+    np.testing.assert_allclose(sparsities, [FINAL, FINAL], atol=1e-6)
+
+
+def test_keep_masks_save_load_and_continue(tmp_path, mode):
+    model = _compiled(_model(), mode)
+    _train(model, 5, _check_step)
+    path = str(tmp_path / "pruned.keras")
+    model.save(path)
+    saved = _keeps(model)
+    loaded = keras.saving.load_model(path)
+    for name, keep in _keeps(loaded).items():
+        np.testing.assert_array_equal(keep, saved[name])
+    assert set(_keeps(loaded)) == set(NAMES)
+    loaded.compile(optimizer=loaded.optimizer, loss="mse", **mode)
+    _train(loaded, END - 2, _check_step)
+    assert int(loaded.optimizer.iterations.numpy()) == END + 3
+    stripped = pruning.strip_pruning(loaded)
+    assert type(stripped) is keras.Sequential
+    for name, kernel in zip(NAMES, _kernels(loaded)):
+        np.testing.assert_array_equal(stripped.get_layer(name).kernel.numpy(), kernel)
+
+
+def _dense_model(rule_kwargs):
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(8, name="hidden")], name="m"
+    )
+    return pruning.prune_low_magnitude(model, **rule_kwargs)
+
+
+@pytest.mark.parametrize(
+    "rule_kwargs",
+    [
+        dict(
+            pruning_schedule=pruning.ConstantSparsity(0.5, 0, frequency=1),
+            block_size=(2, 2),
+            block_pooling_type="MAX",
+        ),
+        dict(sparsity_m_by_n=(2, 4)),
+    ],
+    ids=["block", "m_by_n"],
+)
+def test_block_and_m_by_n_masks_are_the_tensorflow_function(rule_kwargs, mode):
+    model = _dense_model(rule_kwargs)
+    model.compile(optimizer="sgd", loss="mse", **mode)
+    before = model.get_layer("hidden").kernel.numpy()
+    x = np.random.default_rng(1).normal(size=(4, 8)).astype("float32")
+    model.fit(x, x, batch_size=4, epochs=1, verbose=0)
+    expected = magnitude.magnitude_mask(
+        np.abs(before),
+        0.5 if "block_size" in rule_kwargs else 0.0,
+        rule_kwargs.get("block_size", (1, 1)),
+        rule_kwargs.get("sparsity_m_by_n"),
+        block_pooling_type=rule_kwargs.get("block_pooling_type", "AVG"),
+    )
+    keep = training.keep_masks(model)[0]
+    np.testing.assert_array_equal(keep, expected.numpy() != 0)
+    assert keep.mean() == 0.5
+    kernel = model.get_layer("hidden").kernel.numpy()
+    np.testing.assert_array_equal(kernel[~keep], np.zeros(int((~keep).sum())))
+    model.fit(x, x, batch_size=4, epochs=2, verbose=0)
+    kernel = model.get_layer("hidden").kernel.numpy()
+    np.testing.assert_array_equal(training.keep_masks(model)[0], keep)
+    np.testing.assert_array_equal(kernel[~keep], np.zeros(int((~keep).sum())))
+
+
+def test_entries_a_declared_mask_freezes_are_never_pruned(mode):
+    model = _dense_model(
+        dict(pruning_schedule=pruning.ConstantSparsity(0.75, 0, frequency=1))
+    )
+    layer = model.get_layer("hidden")
+    learn = np.ones((8, 8), "float32")
+    learn[0] = 0.0  # row 0 is frozen
+    maskfit.set_mask(layer, maskfit.ElementMask({"kernel": learn}))
+    kernel = layer.kernel.numpy()
+    kernel[1:] *= 1000.0  # the frozen row would be pruned first
+    layer.kernel.assign(kernel)
+    model.compile(optimizer="sgd", loss="mse", **mode)
+    x = np.random.default_rng(2).normal(size=(4, 8)).astype("float32")
+    model.fit(x, x, batch_size=4, epochs=1, verbose=0)
+    keep = training.keep_masks(model)[0]
+    assert keep[0].all()
+    assert int(keep.sum()) == 16  # the frozen entries count as kept
+    np.testing.assert_array_equal(layer.kernel.numpy()[0], kernel[0])
+
+
+@pytest.mark.backends("jax")
+def test_steps_per_execution_above_one_is_refused():
+    model = _dense_model(dict())
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
+    x = np.ones((4, 8), "float32")
+    with pytest.raises(NotImplementedError, match="steps_per_execution=1"):
+        model.fit(x, x, batch_size=2, verbose=0)
+
+
+def test_optimizer_slots_of_pruned_entries_are_held(mode):
+    model = _compiled(_model(), mode)
+    _train(model, BEGIN, _check_step)  # pruned at step BEGIN
+    keeps = _keeps(model)
+
+    def slots():
+        found = {}
+        for name, kernel in zip(NAMES, _kernels(model)):
+            found[name] = [
+                np.array(v.numpy())
+                for v in model.optimizer.variables
+                if tuple(v.shape) == kernel.shape
+            ]
+            assert len(found[name]) == 2  # AdamW's moments
+        return found
+
+    before = slots()
+    _train(model, FREQUENCY - 1, _check_step)  # no pruning step
+    after = slots()
+    for name, keep in keeps.items():
+        np.testing.assert_array_equal(_keeps(model)[name], keep)
+        for old, new in zip(before[name], after[name]):
+            np.testing.assert_array_equal(new[~keep], old[~keep])
+            assert np.any(new[keep] != old[keep])
+
+
+@pytest.mark.backends("jax")
+@pytest.mark.parametrize("block_size", [(1, 1), (2, 2)], ids=["entries", "blocks"])
+def test_keep_masks_equal_the_tensorflow_steps_on_the_same_weights(
+    tmp_path, block_size
+):
+    from tests.helpers import checkout, pruning_keeps_run
+
+    rng = np.random.default_rng(5)
+    # Magnitudes in steps of 1/8: many ties, some at the threshold.
+    weights = {
+        "hidden": (rng.integers(-8, 9, size=(6, 8)) / 8).astype("float32"),
+        "head": (rng.integers(-8, 9, size=(8, 4)) / 8).astype("float32"),
+    }
+    source, out = str(tmp_path / "weights.npz"), str(tmp_path / "keeps.npz")
+    np.savez(source, **weights)
+    env = checkout.env(KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    block = "x".join(map(str, block_size))
+    result = subprocess.run(
+        [sys.executable, pruning_keeps_run.__file__, source, out, block],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "keeps: ok under tensorflow" in result.stdout, result.stderr[-4000:]
+    on_jax = pruning_keeps_run.keeps(weights, block_size)
+    with np.load(out) as on_tensorflow:
+        assert sorted(on_tensorflow.files) == sorted(NAMES)
+        for name in NAMES:
+            np.testing.assert_array_equal(on_jax[name], on_tensorflow[name])
+            assert 0 < on_jax[name].sum() < on_jax[name].size
