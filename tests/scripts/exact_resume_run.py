@@ -43,63 +43,50 @@ PRUNING = dict(
     initial_sparsity=0.0, final_sparsity=0.6, begin_step=5, end_step=25, frequency=5
 )
 
+
 # Each case: the model, its input, whether fit or the dataset shuffles, the
-# execution mode, steps_per_execution, the steps after which the process is
-# killed, the steps whose backup write is killed, and the steps the restarts
-# resume from (for the test).
+# execution mode, the steps after which the process is killed and the steps
+# the restarts resume from (for the test); optionally `spe`
+# (steps_per_execution) and `write_kills`, the steps whose backup write is
+# killed.
+def _case(model, input, shuffle, mode, kills, resumes, **more):
+    return dict(
+        model=model,
+        input=input,
+        shuffle=shuffle,
+        mode=mode,
+        kills=kills,
+        resumes=resumes,
+        **more,
+    )
+
+
 CASES = {
     # Killed inside epoch 1 (resumes from step 12), then while writing the
     # backup of step 24 (resumes from step 20; the mask's boundary and two
     # pruning steps lie in between).
-    "functional_arrays_shuffled_graph": dict(
-        model="functional",
-        input="arrays",
-        shuffle=True,
-        mode="graph",
-        kills=[13],
-        write_kills=[24],
-        resumes=[12, 20],
+    "functional_arrays_shuffled_graph": _case(
+        "functional", "arrays", True, "graph", [13], [12, 20], write_kills=[24]
     ),
     # Killed after the last step of epoch 1, just backed up: the resumed run
     # skips the whole epoch and goes on with epoch 2.
-    "functional_tfdata_shuffled_jit": dict(
-        model="functional",
-        input="tfdata",
-        shuffle=True,
-        mode="jit",
-        kills=[20],
-        resumes=[20],
+    "functional_tfdata_shuffled_jit": _case(
+        "functional", "tfdata", True, "jit", [20], [20]
     ),
     # Two steps per call; killed after the last step of epoch 0, backed up
     # at step 8: the resumed run skips 4 calls and trains steps 9 and 10.
-    "sequential_arrays_spe2_jit": dict(
-        model="sequential",
-        input="arrays",
-        shuffle=False,
-        mode="jit",
-        spe=2,
-        kills=[10],
-        resumes=[8],
+    "sequential_arrays_spe2_jit": _case(
+        "sequential", "arrays", False, "jit", [10], [8], spe=2
     ),
     # A subclassed model that Keras builds inside fit, fed by a PyDataset that
     # fit shuffles: the restarted run builds it before loading the backup.
-    "subclassed_pydataset_shuffled_graph": dict(
-        model="subclassed",
-        input="pydataset",
-        shuffle=True,
-        mode="graph",
-        kills=[7],
-        resumes=[4],
+    "subclassed_pydataset_shuffled_graph": _case(
+        "subclassed", "pydataset", True, "graph", [7], [4]
     ),
 }
 MIRRORED_CASES = {
-    "mirrored_functional_arrays_shuffled": dict(
-        model="functional",
-        input="arrays",
-        shuffle=True,
-        mode="graph",
-        kills=[13],
-        resumes=[12],
+    "mirrored_functional_arrays_shuffled": _case(
+        "functional", "arrays", True, "graph", [13], [12]
     ),
 }
 
