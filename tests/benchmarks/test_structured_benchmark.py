@@ -19,6 +19,7 @@ from experiments.common import model_cost
 from experiments.common.structured import models as sm
 from experiments.common.structured import train as structured_train
 from experiments.common.structured import widths
+from tests.helpers import experiment_checks as checks
 
 _HAS_TORCH = (
     importlib.util.find_spec("torch") is not None
@@ -41,22 +42,10 @@ _LATENCY = shrunk_latency_lib.Config(
     threads=(0, 0),
 )
 _STRUCTURED = structured_lib.Config(
-    datasets=("digits",),
+    **checks.TINY_STRUCTURED,
     fractions=(0.0, 0.5),
-    seeds=(0,),
     frameworks=("keras",),
-    batch_size=32,
-    epochs=1,
-    prune_epochs=1,
-    prune_steps=2,
-    finetune_epochs=1,
-    mlp_hidden=(32, 32),
-    resnet_widths=(16, 32),
     latency_batches=(1,),
-    latency_rounds=1,
-    round_seconds=0.001,
-    threads=(0, 0),
-    max_train_examples=64,
     keras_path="function",  # The experiment's test runs the default, LiteRT.
 )
 

@@ -19,23 +19,12 @@ from experiments.common.structured import schedule as structured_schedule
 from experiments.common.structured import train as structured_train
 from experiments.common.structured import widths as structured_widths
 from experiments.structured_pruning import lib, report
+from tests.helpers import experiment_checks as checks
 
 _TINY = lib.Config(
-    datasets=("digits",),
+    **checks.TINY_STRUCTURED,
     fractions=(0.5,),
-    seeds=(0,),
-    batch_size=32,
-    epochs=1,
-    prune_epochs=1,
-    prune_steps=2,
-    finetune_epochs=1,
-    mlp_hidden=(32, 32),
-    resnet_widths=(16, 32),
     latency_batches=(1, 4),
-    latency_rounds=1,
-    round_seconds=0.001,
-    threads=(0, 0),
-    max_train_examples=64,
     run_eagerly=True,
 )
 

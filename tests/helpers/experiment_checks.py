@@ -9,6 +9,25 @@ import pytest
 import tensorflow as tf
 
 
+# The structured-pruning run at its tiniest, shared by experiments.structured_pruning
+# and benchmarks.structured_vs_torch_pruning (their configs take these fields).
+TINY_STRUCTURED = dict(
+    datasets=("digits",),
+    seeds=(0,),
+    batch_size=32,
+    epochs=1,
+    prune_epochs=1,
+    prune_steps=2,
+    finetune_epochs=1,
+    mlp_hidden=(32, 32),
+    resnet_widths=(16, 32),
+    latency_rounds=1,
+    round_seconds=0.001,
+    threads=(0, 0),
+    max_train_examples=64,
+)
+
+
 def bad_flag_argvs(experiment, flags, tmp_path):
     """One argv per flag of `flags`, each with a workdir of its own (0, 1, ...)."""
     return [
