@@ -17,7 +17,7 @@ from absl.testing import flagsaver
 from experiments import common
 from experiments.learnable_scale import __main__ as learnable_scale
 from experiments.learnable_scale.lib import Config, run
-from tests.helpers import cli
+from tests.helpers import experiment_checks as checks
 
 # 8 steps an epoch, run 3 at a time: the last call of each epoch is short.
 TINY = Config(
@@ -67,8 +67,8 @@ def test_default_config_learns_2_5(tmp_path):
     assert metrics["steps"] == 10 * 100_000 // 32  # The seed's 31250 steps.
 
 
-@pytest.mark.parametrize(
-    "field, value, message",
+test_config_rejects_invalid_values = checks.config_rejects_test(
+    Config,
     [
         ("samples", 0, "positive integer"),
         ("batch_size", -1, "positive integer"),
@@ -82,10 +82,8 @@ def test_default_config_learns_2_5(tmp_path):
         ("strategy", "tpu", "expected one of 'default'"),
         ("precision", "float16", "expected one of 'float32'"),
     ],
+    received="Received: {field}=",
 )
-def test_config_rejects_invalid_values(field, value, message):
-    with pytest.raises(ValueError, match=f"{message}.*Received: {field}="):
-        Config(**{field: value})
 
 
 @pytest.mark.parametrize(
@@ -134,15 +132,7 @@ _BAD_FLAGS = [
 
 def test_cli_rejects_bad_flags_before_writing(tmp_path):
     # The command line as a user runs it, every case in one process.
-    argvs = [
-        ["learnable_scale", flag, f"--workdir={tmp_path / str(i)}"]
-        for i, (flag, _) in enumerate(_BAD_FLAGS)
-    ]
-    outcomes = cli.outcomes("experiments.learnable_scale.__main__", argvs)
-    for i, ((flag, message), outcome) in enumerate(zip(_BAD_FLAGS, outcomes)):
-        assert outcome["code"] != 0, flag
-        assert message in outcome["output"], (flag, outcome["output"][-2000:])
-        assert not (tmp_path / str(i)).exists(), flag
+    checks.assert_cli_refuses_bad_flags("learnable_scale", _BAD_FLAGS, tmp_path)
 
 
 @pytest.mark.parametrize("flag", ["--strategy=tpu", "--precision=float16"])

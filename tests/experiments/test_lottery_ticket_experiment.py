@@ -16,7 +16,6 @@ import pytest
 import maskfit
 from experiments.lottery_ticket import report as lottery_ticket_report
 from experiments.lottery_ticket.lib import ARMS, Config, run
-from tests.helpers import cli
 from tests.helpers import experiment_checks as checks
 
 # Every step is its own execution (eval_every=1), so the watcher sees each.
@@ -260,8 +259,8 @@ def test_early_stop_is_the_step_of_least_validation_loss(tiny):
 )
 
 
-@pytest.mark.parametrize(
-    "field, value, message",
+test_config_rejects_invalid_values = checks.config_rejects_test(
+    Config,
     [
         ("hidden_units", (), "non-empty tuple"),
         ("hidden_units", (300, 0), "positive integers"),
@@ -275,10 +274,8 @@ def test_early_stop_is_the_step_of_least_validation_loss(tiny):
         ("test_fraction", 0.9, "sum below 1"),
         ("optimizer", "nope", "expected one of .*sgd"),
     ],
+    received="Received:.*{field}=",
 )
-def test_config_rejects_invalid_values(field, value, message):
-    with pytest.raises(ValueError, match=f"{message}.*Received:.*{field}="):
-        Config(**{field: value})
 
 
 def test_config_takes_lists_as_tuples():
@@ -298,34 +295,22 @@ BAD_FLAGS = {
 
 @pytest.mark.slow
 def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
-    # The last argv runs as the command line does: app.run prints the usage error.
-    argvs = checks.bad_flag_argvs("lottery_ticket", BAD_FLAGS, tmp_path)
-    good = tmp_path / "good"
-    argvs.append(
+    # The usage argv runs as the command line does: app.run prints the error.
+    good = checks.assert_main_refuses_bad_flags(
+        "lottery_ticket",
+        BAD_FLAGS,
         [
-            "lottery_ticket",
             "--hidden_units=6",
             "--seeds=4",
             "--rounds=1",
             "--train_steps=4",
             "--eval_every=2",
             "--optimizer=sgd",
-            f"--workdir={good}",
-        ]
+        ],
+        ("--rounds=0", "Received: rounds=0"),
+        tmp_path,
+        timeout=120,
     )
-    argvs.append(["lottery_ticket", "--rounds=0", f"--workdir={tmp_path / 'cli'}"])
-    result = cli.run(
-        "experiment_main.py", "lottery_ticket", json.dumps(argvs), timeout=120
-    )
-    assert result.returncode == 1, result.stderr
-    assert "Received: rounds=0" in result.stderr
-    assert not (tmp_path / "cli").exists()
-    outcomes = json.loads(result.stdout.splitlines()[-1])
-    assert len(outcomes) == len(BAD_FLAGS) + 1
-    for index, (outcome, message) in enumerate(zip(outcomes, BAD_FLAGS.values())):
-        assert message in outcome
-        assert not (tmp_path / str(index)).exists()
-    assert outcomes[-1] == "ok"
     with open(good / "config.json") as f:
         config = json.load(f)
     expected = dataclasses.replace(

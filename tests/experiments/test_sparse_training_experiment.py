@@ -19,7 +19,6 @@ from experiments.sparse_training import report, train
 from experiments.sparse_training.lib import Config, run
 from maskfit import model as model_lib
 from maskfit import pruning, sparse
-from tests.helpers import cli
 from tests.helpers import experiment_checks as checks
 
 # One step per execution, so that the watcher sees every step.
@@ -289,8 +288,8 @@ def test_the_config_makes_the_rules_with_rigls_names():
     )
 
 
-@pytest.mark.parametrize(
-    "field, value, message",
+test_config_rejects_invalid_values = checks.config_rejects_test(
+    Config,
     [
         ("methods", ("dense", "lottery"), "expected names from"),
         ("methods", ("dense", "dense"), "distinct names"),
@@ -306,10 +305,8 @@ def test_the_config_makes_the_rules_with_rigls_names():
         ("optimizer", "nope", "expected one of the keras.optimizers"),
         ("dense_first_layer", "no", "True or False"),
     ],
+    received="Received",
 )
-def test_config_rejects_invalid_values(field, value, message):
-    with pytest.raises(ValueError, match=f"{message}.*Received"):
-        Config(**{field: value})
 
 
 def test_config_passes_the_rules_own_errors_up():
@@ -328,11 +325,10 @@ BAD_FLAGS = {
 
 @pytest.mark.slow  # a worker process that imports TensorFlow and trains: ~15 s
 def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
-    argvs = checks.bad_flag_argvs("sparse_training", BAD_FLAGS, tmp_path)
-    good = tmp_path / "good"
-    argvs.append(
+    good = checks.assert_main_refuses_bad_flags(
+        "sparse_training",
+        BAD_FLAGS,
         [
-            "sparse_training",
             "--tasks=digits/mlp",
             "--methods=dense,rigl",
             "--sparsities=0.9",
@@ -340,21 +336,10 @@ def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
             "--train_steps=4",
             "--eval_every=2",
             "--mlp_units=6",
-            f"--workdir={good}",
-        ]
+        ],
+        ("--train_steps=0", "Received: train_steps=0"),
+        tmp_path,
     )
-    argvs.append(
-        ["sparse_training", "--train_steps=0", f"--workdir={tmp_path / 'cli'}"]
-    )
-    result = cli.run("experiment_main.py", "sparse_training", json.dumps(argvs))
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Received: train_steps=0" in result.stderr
-    assert not (tmp_path / "cli").exists()
-    outcomes = json.loads(result.stdout.splitlines()[-1])
-    for index, (outcome, message) in enumerate(zip(outcomes, BAD_FLAGS.values())):
-        assert message in outcome
-        assert not (tmp_path / str(index)).exists()
-    assert outcomes[-1] == "ok"
     with open(good / "config.json") as f:
         config = json.load(f)
     assert config["tasks"] == ["digits/mlp"] and config["mlp_units"] == [6]

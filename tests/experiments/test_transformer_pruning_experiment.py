@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.helpers import cli
+from tests.helpers import experiment_checks as checks
 
 pytest.importorskip("keras_hub", reason="keras_hub (the [hub] extra) is not installed")
 pytest.importorskip("matplotlib", reason="matplotlib (the [experiments] extra)")
@@ -265,8 +265,8 @@ def test_shared_dense_prunes_the_keras_arms_weights_in_both_arms(tmp_path):
     assert removed["maskfit"] == removed["torch_pruning"]
 
 
-@pytest.mark.parametrize(
-    "changes, message",
+test_a_bad_config_is_one_clear_error = checks.bad_config_test(
+    lambda changes: lib.Config(**dict(vars(TINY), **changes)),
     [
         (dict(kv_heads=3), "expected kv_heads to divide query_heads"),
         (dict(fractions=(0.5, 1.0)), "`fractions`"),
@@ -277,10 +277,6 @@ def test_shared_dense_prunes_the_keras_arms_weights_in_both_arms(tmp_path):
         (dict(learning_rate=0.0), "expected learning_rate > 0"),
     ],
 )
-def test_a_bad_config_is_one_clear_error(changes, message):
-    with pytest.raises(ValueError) as error:
-        lib.Config(**dict(vars(TINY), **changes))
-    assert message in str(error.value)
 
 
 @pytest.mark.slow  # a TensorFlow import in a subprocess: ~11 s of CPU
@@ -290,15 +286,7 @@ def test_cli_rejects_bad_flags_before_writing(tmp_path):
         ("--importances=magnitude,hessian", "Received: importances="),
         ("--seeds=a", "--seeds takes comma-separated integers"),
     ]
-    argvs = [
-        ["transformer_pruning", flag, f"--workdir={tmp_path / str(i)}"]
-        for i, (flag, _) in enumerate(cases)
-    ]
-    outcomes = cli.outcomes("experiments.transformer_pruning.__main__", argvs)
-    for i, ((flag, message), outcome) in enumerate(zip(cases, outcomes)):
-        assert outcome["code"] != 0, flag
-        assert message in outcome["output"], (flag, outcome["output"][-2000:])
-        assert not (tmp_path / str(i)).exists(), flag
+    checks.assert_cli_refuses_bad_flags("transformer_pruning", cases, tmp_path)
 
 
 def test_handbuilt_models_compute_the_shrunk_ones_and_are_timed():
