@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import maskfit
 from maskfit.structured.graph import keras_graph
 from tests.helpers.keras_versions import call_or_xla
 
@@ -160,3 +161,14 @@ def check_graph(graph, seed=0):
         check_call(graph, call, units_in, units_out, rng)
         checked += 1
     return checked
+
+
+def checked_half_shrink(model):
+    """Checks `model`'s coupling table against gradients (`check_graph`: some
+    calls checked), selects half its units (some removed) and shrinks it to
+    them: returns `(selection, small)`."""
+    graph = maskfit.pruning.DependencyGraph(model)
+    assert check_graph(graph) > 0
+    selection = maskfit.pruning.select_units(model, 0.5)
+    assert selection.removed()
+    return selection, maskfit.pruning.shrink(model, selection)

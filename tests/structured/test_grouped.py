@@ -60,11 +60,7 @@ GROUPED = {"2d": _grouped_2d, "1d_3d": _grouped_1d_3d, "from_input": _from_input
 @pytest.mark.parametrize("name", list(GROUPED))
 def test_grouped_convolutions_couple_by_group_and_shrink_computes_the_same(name):
     model, x = GROUPED[name]()
-    graph = pruning.DependencyGraph(model)
-    assert coupling_checks.check_graph(graph) > 0
-    selection = pruning.select_units(model, 0.5)
-    assert selection.removed()
-    small = pruning.shrink(model, selection)
+    selection, small = coupling_checks.checked_half_shrink(model)
     expected = models.masked_outputs(model, selection, x)
     got = models.run(small, x)
     scale = float(np.max(np.abs(expected)))

@@ -74,11 +74,7 @@ OP_MODELS = {
 @pytest.mark.parametrize("name", list(OP_MODELS))
 def test_ops_couple_as_their_gradients_say_and_shrink_computes_the_same(name):
     model, x = OP_MODELS[name]()
-    graph = pruning.DependencyGraph(model)
-    assert coupling_checks.check_graph(graph) > 0
-    selection = pruning.select_units(model, 0.5)
-    assert selection.removed()
-    small = pruning.shrink(model, selection)
+    selection, small = coupling_checks.checked_half_shrink(model)
     models.assert_same_outputs(model, small, selection, x)
     report = pruning.size_report(model, small)
     assert report.params_after < report.params_before
