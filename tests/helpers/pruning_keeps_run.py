@@ -22,7 +22,6 @@ NAMES = ("hidden", "head")
 def keeps(weights, block_size=(1, 1)):
     """`{layer name: keep mask}` after pruning step 1 at 60% sparsity of `weights`."""
     import maskfit.pruning as pruning
-    from maskfit.model import training
 
     model = pruning.prune_low_magnitude(
         keras.Sequential(
@@ -40,13 +39,20 @@ def keeps(weights, block_size=(1, 1)):
     model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
     x = np.ones((2, 6), "float32")
     model.fit(x, np.zeros((2, 4), "float32"), batch_size=2, epochs=1, verbose=0)
-    found = training.keep_masks(model)
+    return keeps_by_name(model)
+
+
+def keeps_by_name(model):
+    """The model's keep masks by layer name (`{}` before the first pruning step)."""
+    from maskfit.model import training
+
     variables = training.all_trainable_variables(model)
+    found = training.keep_masks(model)
     return {
         name: found[i]
         for i, v in enumerate(variables)
         for name in NAMES
-        if v is model.get_layer(name).kernel
+        if v is model.get_layer(name).kernel and i in found
     }
 
 

@@ -16,11 +16,11 @@ import maskfit
 import maskfit.pruning as pruning
 from maskfit.model import training
 from maskfit.pruning import magnitude
+from tests.helpers.pruning_keeps_run import NAMES, keeps_by_name
 
 pytestmark = [pytest.mark.backends("tensorflow", "jax"), pytest.mark.other_modes_slow]
 
 BEGIN, END, FREQUENCY, FINAL = 2, 8, 2, 0.75
-NAMES = ("hidden", "head")
 
 
 def _schedule():
@@ -48,18 +48,6 @@ def _kernels(model):
     return [np.array(model.get_layer(n).kernel.numpy()) for n in NAMES]
 
 
-def _keeps(model):
-    """The model's keep masks by layer name (`{}` before the first pruning step)."""
-    variables = training.all_trainable_variables(model)
-    found = training.keep_masks(model)
-    return {
-        name: found[i]
-        for i, v in enumerate(variables)
-        for name in NAMES
-        if v is model.get_layer(name).kernel and i in found
-    }
-
-
 def _numpy_keep(weights, sparsity):
     """TF-MOT's ranking in numpy: the k largest magnitudes, ties kept."""
     flat = np.abs(weights).ravel()
@@ -73,14 +61,14 @@ def _train(model, steps, check):
     for _ in range(steps):
         step = int(model.optimizer.iterations.numpy()) + 1  # TF-MOT's step
         before = _kernels(model)
-        old = _keeps(model)
+        old = keeps_by_name(model)
         model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
         check(step, before, old, model)
 
 
 def _check_step(step, before, old, model):
     prune, sparsity = _schedule()(step)
-    keeps = _keeps(model)
+    keeps = keeps_by_name(model)
     for name, weights, kernel in zip(NAMES, before, _kernels(model)):
         if bool(prune):
             expected = magnitude.magnitude_mask(np.abs(weights), sparsity).numpy()
@@ -113,7 +101,7 @@ def _compiled(model, mode):
 def test_masks_follow_the_schedule_and_hold(mode):
     model = _compiled(_model(), mode)
     _train(model, END + 3, _check_step)
-    sparsities = [1 - k.mean() for k in _keeps(model).values()]
+    sparsities = [1 - k.mean() for k in keeps_by_name(model).values()]
     np.testing.assert_allclose(sparsities, [FINAL, FINAL], atol=1e-6)
 
 
@@ -122,11 +110,11 @@ def test_keep_masks_save_load_and_continue(tmp_path, mode):
     _train(model, 5, _check_step)
     path = str(tmp_path / "pruned.keras")
     model.save(path)
-    saved = _keeps(model)
+    saved = keeps_by_name(model)
     loaded = keras.saving.load_model(path)
-    for name, keep in _keeps(loaded).items():
+    for name, keep in keeps_by_name(loaded).items():
         np.testing.assert_array_equal(keep, saved[name])
-    assert set(_keeps(loaded)) == set(NAMES)
+    assert set(keeps_by_name(loaded)) == set(NAMES)
     loaded.compile(optimizer=loaded.optimizer, loss="mse", **mode)
     _train(loaded, END - 2, _check_step)
     assert int(loaded.optimizer.iterations.numpy()) == END + 3
@@ -211,7 +199,7 @@ def test_steps_per_execution_above_one_is_refused():
 def test_optimizer_slots_of_pruned_entries_are_held(mode):
     model = _compiled(_model(), mode)
     _train(model, BEGIN, _check_step)  # pruned at step BEGIN
-    keeps = _keeps(model)
+    keeps = keeps_by_name(model)
 
     def slots():
         found = {}
@@ -228,7 +216,7 @@ def test_optimizer_slots_of_pruned_entries_are_held(mode):
     _train(model, FREQUENCY - 1, _check_step)  # no pruning step
     after = slots()
     for name, keep in keeps.items():
-        np.testing.assert_array_equal(_keeps(model)[name], keep)
+        np.testing.assert_array_equal(keeps_by_name(model)[name], keep)
         for old, new in zip(before[name], after[name]):
             np.testing.assert_array_equal(new[~keep], old[~keep])
             assert np.any(new[keep] != old[keep])
