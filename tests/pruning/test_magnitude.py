@@ -5,18 +5,10 @@ import pytest
 import tensorflow as tf
 
 from maskfit import pruning
+from tests.helpers import tf_modes
 
-
-@pytest.fixture(autouse=True)
-def _fresh_keras():
-    """Overrides conftest's: these tests make no Keras state, and its
-    clear_session (a gc.collect) costs ~0.3 s per test."""
-    yield
-
-
-@pytest.fixture(params=["eager", "graph", "jit"])
-def mode_name(request):
-    return request.param
+_fresh_keras = tf_modes._fresh_keras
+mode_name = tf_modes.mode_name
 
 
 @pytest.fixture

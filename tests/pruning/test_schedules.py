@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from maskfit import pruning
+from tests.helpers import tf_modes
 
 # float32 sparsities against the float64 formula: a few ulps of values <= 1.
 _ATOL = 1e-6
@@ -29,16 +30,8 @@ def _evaluate(schedule, steps, mode):
     return pruning.schedule_table(schedule, steps, jit_compile=mode == "jit")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_keras():
-    """Overrides conftest's: these tests make no Keras state, and its
-    clear_session (a gc.collect) costs ~0.3 s per test."""
-    yield
-
-
-@pytest.fixture(params=["eager", "graph", "jit"])
-def execution(request):
-    return request.param
+_fresh_keras = tf_modes._fresh_keras
+mode_name = tf_modes.mode_name
 
 
 # TF-MOT's own example schedule (test_tfmot_parity.py runs it against TF-MOT).
@@ -69,10 +62,10 @@ TFMOT_EXAMPLE = dict(
         ),
     ],
 )
-def test_polynomial_decay_follows_tfmot_formula_step_by_step(arguments, execution):
+def test_polynomial_decay_follows_tfmot_formula_step_by_step(arguments, mode_name):
     schedule = pruning.PolynomialDecay(**arguments)
     steps = list(range(0, arguments["end_step"] + 30))
-    should_prune, sparsity = _evaluate(schedule, steps, execution)
+    should_prune, sparsity = _evaluate(schedule, steps, mode_name)
 
     expected = [
         _formula(
@@ -118,11 +111,11 @@ def test_benchmark_schedule_prunes_every_20_steps_up_to_400():
         (dict(target_sparsity=0.0, begin_step=0, end_step=-1, frequency=100), [0]),
     ],
 )
-def test_constant_sparsity_prunes_at_its_steps(arguments, expected_steps, execution):
+def test_constant_sparsity_prunes_at_its_steps(arguments, expected_steps, mode_name):
     schedule = pruning.ConstantSparsity(**arguments)
     steps = list(range(0, 60))
 
-    should_prune, sparsity = _evaluate(schedule, steps, execution)
+    should_prune, sparsity = _evaluate(schedule, steps, mode_name)
 
     assert np.flatnonzero(should_prune).tolist() == expected_steps
     np.testing.assert_array_equal(

@@ -7,17 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maskfit import sparse
+from tests.helpers import tf_modes
 
-
-@pytest.fixture(autouse=True)
-def _fresh_keras():
-    """Overrides conftest's: these tests make no Keras state."""
-    yield
-
-
-@pytest.fixture(params=["eager", "graph", "jit"])
-def mode_name(request):
-    return request.param
+_fresh_keras = tf_modes._fresh_keras
+mode_name = tf_modes.mode_name
 
 
 def _call(mode_name, fn, *args):
