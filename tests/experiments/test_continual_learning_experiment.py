@@ -358,13 +358,7 @@ def test_tiny_run_reports_the_matrix_average_and_backward_transfer(tiny):
 @pytest.mark.slow
 def test_tiny_run_writes_config_metrics_table_figure_and_events(tiny):
     workdir, metrics, _ = tiny
-    with open(os.path.join(workdir, "config.json")) as f:
-        assert json.load(f) == json.loads(json.dumps(dataclasses.asdict(TINY)))
-    with open(os.path.join(workdir, "metrics.json")) as f:
-        assert json.load(f) == json.loads(json.dumps(metrics))
-    with open(os.path.join(workdir, "table.md")) as f:
-        text = f.read()
-    summary = json.loads(json.dumps(metrics["summary"]))
+    text, summary = checks.written_config_metrics_and_table(workdir, TINY, metrics)
     assert report.tables(summary, metrics["tasks"]) == text
     assert "| PackNet |" in text and "2 of 2 (max change 0)" in text
     with open(os.path.join(workdir, "continual_learning.png"), "rb") as f:

@@ -6,7 +6,6 @@ pruning reaches its target and keeps it, every sparse method trains as many
 weights per layer, paired starts) against those records.
 """
 
-import dataclasses
 import json
 import os
 
@@ -194,13 +193,7 @@ def test_allocation_is_erk_over_the_models_kernels(tiny):
 
 def test_run_writes_config_metrics_table_figure_and_events(tiny):
     workdir, metrics, _ = tiny
-    with open(os.path.join(workdir, "config.json")) as f:
-        assert json.load(f) == json.loads(json.dumps(dataclasses.asdict(TINY)))
-    with open(os.path.join(workdir, "metrics.json")) as f:
-        assert json.load(f) == json.loads(json.dumps(metrics))
-    with open(os.path.join(workdir, "table.md")) as f:
-        text = f.read()
-    summary = json.loads(json.dumps(metrics["summary"]))
+    text, summary = checks.written_config_metrics_and_table(workdir, TINY, metrics)
     assert report.table(summary, TINY) == text
     for task in TINY.tasks:
         assert f"**{task}**" in text

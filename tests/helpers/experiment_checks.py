@@ -1,5 +1,6 @@
 """Checks every experiment's tests make: its command line and its optional extras."""
 
+import dataclasses
 import glob
 import json
 import logging
@@ -108,6 +109,19 @@ def bad_config_test(make, cases):
         assert message in str(error.value)
 
     return test_a_bad_config_is_one_clear_error
+
+
+def written_config_metrics_and_table(workdir, config, metrics):
+    """Asserts `workdir` holds `config` as config.json and `metrics` as
+    metrics.json; returns table.md's text and `metrics["summary"]` as JSON
+    reads it back."""
+    with open(os.path.join(workdir, "config.json")) as f:
+        assert json.load(f) == json.loads(json.dumps(dataclasses.asdict(config)))
+    with open(os.path.join(workdir, "metrics.json")) as f:
+        assert json.load(f) == json.loads(json.dumps(metrics))
+    with open(os.path.join(workdir, "table.md")) as f:
+        text = f.read()
+    return text, json.loads(json.dumps(metrics["summary"]))
 
 
 def assert_figure_skipped_without_matplotlib(figure, path, monkeypatch, caplog):
