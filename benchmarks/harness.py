@@ -204,7 +204,10 @@ def ratio_row(times, cpu_times, key, baseline):
 
 
 def ratio_cells(row):
-    """A `ratio_row`'s values as fixed-width cells, under `RATIO_HEADER`."""
+    """A `ratio_row`'s values as fixed-width cells, under `RATIO_HEADER`;
+    dashes for a row not timed (its values None)."""
+    if row["step_ms"] is None:
+        return f"{'-':>8} {'-':>6} {'-':>13} {'-':>9}"
     return (
         f"{row['step_ms']:8.2f} {row['ratio_median']:6.3f}"
         f" [{row['ratio_min']:.3f},{row['ratio_max']:.3f}]"

@@ -24,6 +24,7 @@ from maskfit.step import stateless
 __all__ = [
     "apply_grad_masks",
     "apply_gradients",
+    "lower_train_step",
     "make_train_function",
     "model_masks",
     "train_step",
@@ -167,6 +168,39 @@ def _optimizer_step(optimizer):
     return keras.ops.convert_to_tensor(optimizer.iterations)
 
 
+def _step_with_masks(model):
+    """`model.train_step` as a function of `(state, data, masks)`: what is compiled."""
+
+    def step(state, data, masks):
+        internals.set_untracked(model, _IN_STEP_ATTR, (masks, None))
+        try:
+            return model.train_step(state, data)
+        finally:
+            internals.set_untracked(model, _IN_STEP_ATTR, None)
+
+    return step
+
+
+def lower_train_step(model, state, data):
+    """The step `make_train_function` compiles, lowered for `state` and `data`.
+
+    For reading what XLA makes of it (`.compile().as_text()`,
+    `.cost_analysis()`) without running it: `jax.jit` of the masked step
+    with the model's masks as an argument, as `fit` calls it.
+
+    Args:
+      model: a compiled `MaskedModel` whose optimizer is built.
+      state: `(trainable, non_trainable, optimizer, metrics)` values (or
+        `jax.ShapeDtypeStruct`s), as the train function takes them.
+      data: one batch (or its shapes).
+
+    Returns:
+      A `jax.stages.Lowered`.
+    """
+    masks = model_masks(model)
+    return jax.jit(_step_with_masks(model), donate_argnums=0).lower(state, data, masks)
+
+
 def make_train_function(model, force=False):
     """`make_train_function` on JAX: the step compiled with the masks as an argument.
 
@@ -181,13 +215,7 @@ def make_train_function(model, force=False):
     if model.train_function is not None and not force:
         return model.train_function
 
-    def step(state, data, masks):
-        internals.set_untracked(model, _IN_STEP_ATTR, (masks, None))
-        try:
-            return model.train_step(state, data)
-        finally:
-            internals.set_untracked(model, _IN_STEP_ATTR, None)
-
+    step = _step_with_masks(model)
     compiled = not model.run_eagerly and model.jit_compile
     if compiled:
         out_shardings = None

@@ -8,7 +8,11 @@ Dense and EinsumDense layer), each compiled with `jit_compile=True`. Each is
 timed through its own `train_function` (the function `fit` calls) on one fixed
 batch, round-robin (`benchmarks.harness.round_robin`), and reported as the
 median of per-round ratios to stock, of wall time and of the process's CPU
-time (which other processes on a shared machine sway less).
+time (which other processes on a shared machine sway less). Beside the
+times, each reports what XLA makes of its step (`benchmarks.hlo`): the
+optimized HLO's fusions, kernels and bytes accessed (XLA's cost analysis),
+and their ratios to stock's; `timing=False` reports those alone, for sizes
+too slow to time here (the 4x4096 MLP, BERT-base).
 """
 
 import dataclasses
@@ -17,14 +21,14 @@ import keras
 import numpy as np
 
 import maskfit
-from benchmarks import harness
+from benchmarks import harness, hlo
 from benchmarks.step_time import lib as step_time
-from maskfit import internals
 
 COLUMNS = (
     "model",
     "mask",
     *harness.RATIO_COLUMNS,
+    *hlo.COLUMNS,
 )
 _STEP_TIME = step_time.Config()
 
@@ -52,6 +56,8 @@ class Config(harness.TimingConfig):
       bert_sequence: Tokens per example.
       bert_batch: BERT batch size.
       sparsity: Frozen share under ElementMask.
+      hlo: Report the compiled steps' fusions, kernels and bytes accessed.
+      timing: Time the steps (False: the HLO figures alone).
     """
 
     models: tuple = ("mlp", "bert")
@@ -60,14 +66,16 @@ class Config(harness.TimingConfig):
     mlp_depth: int = _STEP_TIME.mlp_depth
     mlp_width: int = _STEP_TIME.mlp_width
     mlp_batch: int = _STEP_TIME.mlp_batch
-    bert_layers: int = 2
-    bert_hidden: int = 128
-    bert_heads: int = 2
-    bert_intermediate: int = 512
-    bert_vocabulary: int = 5000
-    bert_sequence: int = 128
-    bert_batch: int = 32
+    bert_layers: int = _STEP_TIME.bert_layers
+    bert_hidden: int = _STEP_TIME.bert_hidden
+    bert_heads: int = _STEP_TIME.bert_heads
+    bert_intermediate: int = _STEP_TIME.bert_intermediate
+    bert_vocabulary: int = _STEP_TIME.bert_vocabulary
+    bert_sequence: int = _STEP_TIME.bert_sequence
+    bert_batch: int = _STEP_TIME.bert_batch
     sparsity: float = _STEP_TIME.sparsity
+    hlo: bool = True
+    timing: bool = True
 
 
 def _mlp(config, model_class, rng):
@@ -78,49 +86,6 @@ def _mlp(config, model_class, rng):
     model = model_class(inputs, keras.layers.Dense(10)(hidden))
     x = rng.standard_normal((config.mlp_batch, config.mlp_width)).astype(np.float32)
     return model, x, rng.integers(0, 10, size=(config.mlp_batch,)).astype(np.int32)
-
-
-def _bert(config, model_class, rng):
-    import keras_hub
-
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=config.bert_vocabulary,
-        num_layers=config.bert_layers,
-        num_heads=config.bert_heads,
-        hidden_dim=config.bert_hidden,
-        intermediate_dim=config.bert_intermediate,
-        max_sequence_length=config.bert_sequence,
-    )
-    inputs = {
-        name: keras.Input((config.bert_sequence,), dtype="int32", name=name)
-        for name in ("token_ids", "segment_ids", "padding_mask")
-    }
-    pooled = backbone(inputs)["pooled_output"]
-    model = model_class(inputs, keras.layers.Dense(2, name="classifier")(pooled))
-    shape = (config.bert_batch, config.bert_sequence)
-    x = {
-        "token_ids": rng.integers(0, config.bert_vocabulary, size=shape),
-        "segment_ids": np.zeros(shape, np.int32),
-        "padding_mask": np.ones(shape, np.int32),
-    }
-    x = {k: v.astype(np.int32) for k, v in x.items()}
-    return model, x, rng.integers(0, 2, size=(config.bert_batch,)).astype(np.int32)
-
-
-def _set_masks(model, mask, sparsity, seed):
-    rng = np.random.default_rng(seed + 1)
-    for layer in internals.sublayers(model):
-        kernel = getattr(layer, "kernel", None)
-        if not layer.trainable_weights or kernel is None:
-            continue
-        if mask == "output" and isinstance(layer, keras.layers.Dense):
-            units = kernel.shape[-1]
-            maskfit.set_mask(layer, maskfit.OutputMask(np.arange(units) % 2))
-        elif mask == "element" and isinstance(
-            layer, (keras.layers.Dense, keras.layers.EinsumDense)
-        ):
-            keep = rng.random(tuple(kernel.shape)) >= sparsity
-            maskfit.set_mask(layer, maskfit.ElementMask({"kernel": keep}))
 
 
 class _Timed(harness.Timed):
@@ -153,39 +118,56 @@ class _Timed(harness.Timed):
 def _contender(config, model_name, mask):
     keras.utils.set_random_seed(config.seed)
     model_class = keras.Model if mask == "none" else maskfit.MaskedModel
-    build = {"mlp": _mlp, "bert": _bert}[model_name]
-    model, x, y = build(config, model_class, np.random.default_rng(config.seed))
-    _set_masks(model, mask, config.sparsity, config.seed)
+    rng = np.random.default_rng(config.seed)
+    if model_name == "bert":
+        model, (x, y) = step_time.bert(config, model_class, rng)
+    else:
+        model, x, y = _mlp(config, model_class, rng)
+    step_time.set_masks(model, mask, config.sparsity, config.seed)
     model.compile(
         optimizer=harness.optimizer(config.optimizer),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=True,
         steps_per_execution=config.steps_per_execution,
     )
-    return _Timed.of_config((model_name, mask), model, x, y, config)
+    key = (model_name, mask)
+    if config.timing:
+        contender = _Timed.of_config(key, model, x, y, config)
+    else:
+        contender = hlo.Untimed(key, model)
+    contender.counts = hlo.jax_step(model, x, y) if config.hlo else None
+    return contender
 
 
 def _measure(config, model_name):
     contenders = [
         _contender(config, model_name, mask) for mask in ("none",) + config.masks
     ]
-    times, cpu_times = harness.round_robin(contenders, config.repeats)
+    if config.timing:
+        times, cpu_times = harness.round_robin(contenders, config.repeats)
+    stock = (model_name, "none")
     rows = []
     for contender in contenders:
         row = dict(zip(COLUMNS, contender.key))
-        row.update(
-            harness.ratio_row(times, cpu_times, contender.key, (model_name, "none"))
-        )
+        if config.timing:
+            row.update(harness.ratio_row(times, cpu_times, contender.key, stock))
+            harness.log_ratio_row(" ".join(contender.key), row)
+        else:
+            row.update(dict.fromkeys(harness.RATIO_COLUMNS))
+        row.update(hlo.row(contender.counts, contenders[0].counts))
+        hlo.log_row(" ".join(contender.key), row)
         rows.append(row)
-        harness.log_ratio_row(" ".join(contender.key), row)
     return rows
 
 
 def format_table(rows):
     """Returns `rows` as a fixed-width text table, one line per contender."""
-    lines = [f"{'model':5} {'mask':7} {harness.RATIO_HEADER}"]
+    lines = [f"{'model':5} {'mask':7} {harness.RATIO_HEADER} {hlo.HEADER}"]
     for row in rows:
-        lines.append(f"{row['model']:5} {row['mask']:7} {harness.ratio_cells(row)}")
+        lines.append(
+            f"{row['model']:5} {row['mask']:7} {harness.ratio_cells(row)}"
+            f" {hlo.cells(row)}"
+        )
     return "\n".join(lines)
 
 
