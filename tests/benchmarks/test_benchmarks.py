@@ -1,10 +1,12 @@
 """Smoke test of the step-time benchmark: it runs tiny and writes its table."""
 
+import dataclasses
 import json
 import os
 
 import pytest
 
+from benchmarks import hlo
 from benchmarks.step_time import lib as harness
 from tests.helpers import benchmark_checks
 
@@ -48,6 +50,8 @@ def test_run_writes_one_row_per_contender(tmp_path):
         if row["mask"] == "output":
             # O(units): one value per unit for each kernel and bias.
             assert row["mask_state_bytes"] < row["param_bytes"] / 2
+        # Graph mode is not compiled with XLA: no HLO figures.
+        assert all(row[key] is None for key in hlo.COLUMNS)
         if row["optimizer"] == "sgd":
             assert row["snapshot_bytes"] == 0
         elif row["mask"] != "none":
@@ -69,9 +73,24 @@ def test_format_table_has_a_line_per_row(tmp_path):
             param_bytes=4,
             mask_state_bytes=0,
             snapshot_bytes=0,
+            **dict.fromkeys(hlo.COLUMNS),
         )
     ]
     assert len(harness.format_table(rows).splitlines()) == 2
+
+
+def test_untimed_run_reports_the_compiled_steps_hlo(tmp_path):
+    config = dataclasses.replace(
+        _TINY,
+        models=("mlp",),
+        modes=("jit",),
+        optimizers=("adamw",),
+        masks=("none", "element"),
+        timing=False,
+    )
+    rows = harness.run(config, str(tmp_path))
+
+    benchmark_checks.assert_untimed_with_hlo(rows, harness.format_table(rows))
 
 
 def test_seed_scenarios_run_tiny_and_agree_with_the_seeds():

@@ -1,7 +1,10 @@
 """`benchmarks.jax_step_time`, run tiny: one row per contender, files written."""
 
+import dataclasses
+
 import pytest
 
+from benchmarks import hlo
 from benchmarks.jax_step_time import lib
 from tests.helpers import benchmark_checks
 
@@ -18,6 +21,7 @@ _TINY = lib.Config(
     bert_vocabulary=20,
     bert_sequence=4,
     bert_batch=2,
+    hlo=False,  # the untimed test below reads the HLO
     **benchmark_checks.TINY_TIMING,
 )
 
@@ -34,3 +38,13 @@ def test_run_writes_one_row_per_contender(tmp_path):
     assert written["machine"]["backend"] == "jax"
     benchmark_checks.assert_timed_against_none(rows)
     assert len(lib.format_table(rows).splitlines()) == len(rows) + 1
+    assert all(row[key] is None for row in rows for key in hlo.COLUMNS)
+
+
+def test_untimed_run_reports_the_compiled_steps_hlo(tmp_path):
+    config = dataclasses.replace(
+        _TINY, models=("mlp",), masks=("element",), hlo=True, timing=False
+    )
+    rows = lib.run(config, str(tmp_path))
+
+    benchmark_checks.assert_untimed_with_hlo(rows, lib.format_table(rows))
