@@ -3,7 +3,8 @@
 Each benchmark is a package, `benchmarks.<name>`: its `__main__.py` holds its
 flags (`python -m benchmarks.<name> --helpfull`), its `lib.py` the library
 (`Config`, `run(config, workdir)`, the table). They share `benchmarks.harness`
-(contenders timed in turn, paired ratios, the machine) and the experiments'
+(contenders timed in turn, paired ratios, the machine), `benchmarks.hlo` (what
+XLA compiles a step into: fusions, kernels, bytes accessed) and the experiments'
 scaffolding, `experiments.common` (flags from a config, `main`, JSON, data
 sets, the structured-pruning networks); they import nothing else from
 `experiments` but the public `Config` and `run` of the experiments they time.

@@ -195,7 +195,14 @@ def run(config, workdir):
     rows = []
     for model_name in config.models:
         rows.extend(_measure(config, model_name))
-    machine = dict(harness.machine(), backend="jax")
+    import jax
+
+    machine = dict(
+        harness.machine(),
+        backend="jax",
+        jax=jax.__version__,
+        device=jax.devices()[0].device_kind,
+    )
     harness.write_json(
         workdir, "jax_step_time.json", {"machine": machine, "rows": rows}
     )
