@@ -9,11 +9,13 @@ the accelerator it would run on. Loops are counted once, as written.
 
 `jax_step` and `tf_step` count the step a compiled model's `fit` runs;
 `row` gives a contender's counts and their ratios to stock's as a table row
-(`COLUMNS`, written by `cells` under `HEADER`). `hlo_counts(text)` counts an optimized HLO module's text. Its bytes are
-each kernel's operands and results, as XLA's `HloCostAnalysis` counts a
-fusion (the whole of every operand, once); under JAX `jax_step` takes XLA's
-own figure from `compiled.cost_analysis()` instead, and reports the parsed
-one beside it, as a check of the parse. TensorFlow gives the optimized HLO
+(`COLUMNS`, written by `cells` under `HEADER`). `hlo_counts(text)` counts
+an optimized HLO module's text. Its bytes are each kernel's operands and
+results, as XLA's `HloCostAnalysis` counts a fusion (the whole of every
+operand, once); under JAX `jax_step` takes XLA's own figure from
+`compiled.cost_analysis()` instead, and reports the parsed one beside it
+(`parsed_bytes`, within 1e-6 of it on the step benchmarks' models), as a
+check of the parse. TensorFlow gives the optimized HLO
 (`experimental_get_compiler_ir(...)(stage="optimized_hlo")`) but no cost
 analysis, so `tf_step` reports the parsed bytes.
 """
