@@ -237,7 +237,11 @@ def tf_step(model, x, y):
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     model.make_train_function()
-    step = tf.function(lambda x, y: model.train_step((x, y)), jit_compile=True)
+
+    @tf.function(jit_compile=True)
+    def step(x, y):
+        return model.train_step((x, y))
+
     x, y = tf.nest.map_structure(tf.convert_to_tensor, (x, y))
     text = step.experimental_get_compiler_ir(x, y)(stage="optimized_hlo")
     return hlo_counts(text)
