@@ -4,6 +4,8 @@ import pytest
 
 from benchmarks import hlo
 
+pytestmark = pytest.mark.backends("tensorflow", "jax")
+
 _MODULE = """HloModule jit_step, is_scheduled=true, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
 
 %fused_computation (param_0: f32[8], param_1: pred[8]) -> f32[8] {
