@@ -15,6 +15,8 @@ they share:
 - `parts`: reading a layer's input units, making its own, checking them;
 - `channel_map`: where a layer that moves positions sends each channel;
 - `check`: a declared coupling's self-check against the layer's gradients;
+- `signature`: which calls compute the same thing, so each check runs once
+  per signature in a graph build (`Memo`);
 - `lookup`: `coupling_of` and `register_coupling`, in maskfit's one lookup
   order (`maskfit.records.Lookup`).
 

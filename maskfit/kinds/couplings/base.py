@@ -182,7 +182,7 @@ class UnitCoupling(Coupling):
             )
         ids = None
         if self.reads or self.passes:
-            declared_check.check(layer, call, self)
+            declared_check.check(layer, call, self, getattr(graph, "memo", None))
             ids = parts.read_units(call, graph, source, self.input_axis)
         elif source is not None:
             graph.fix(

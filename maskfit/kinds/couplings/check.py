@@ -21,6 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from maskfit.kinds.couplings import signature as check_signature
 from maskfit.kinds.couplings.parts import named_variable
 from maskfit.units import backprop, probe
 
@@ -109,13 +110,36 @@ def _channels(width, seed=0):
     )
 
 
-def check(layer, call, coupling):
+def check(layer, call, coupling, memo=None):
     """Raises a ValueError when `coupling` (a `UnitCoupling`) disagrees with `layer`.
 
     Args:
       call: the `CallUnits` of a call of `layer` (its input shape is used).
+      memo: a `signature.Memo` of the graph being built: a layer that
+        computes as one already checked (`signature.signature`) gets its
+        verdict without running again.
     """
     shape = call.input_shape(0)
+    key = check_signature.signature(
+        layer,
+        shape,
+        "unit coupling",
+        tuple(sorted(coupling.reads.items())),
+        coupling.passes,
+        coupling.input_axis,
+    )
+    memo = memo if memo is not None else check_signature.Memo()
+    problems = memo.outcome(key, lambda: _problems(layer, shape, coupling))
+    if problems:
+        raise ValueError(
+            f"The unit coupling of layer '{layer.name}' ({type(layer).__name__})"
+            f" disagrees with its gradients on random inputs: {'; '.join(problems[:3])}."
+            " Fix its maskfit_unit_coupling (or register_coupling) declaration."
+        )
+
+
+def _problems(layer, shape, coupling):
+    """What the gradients say against `coupling`, one clause each (empty if nothing)."""
     axis = coupling.input_axis
     width = shape[axis]
     reads = [(named_variable(layer, n), a) for n, a in coupling.reads.items()]
@@ -139,9 +163,4 @@ def check(layer, call, coupling):
                 f"with the entries said to read channel {channel} set to 0, the"
                 " output still depends on it"
             )
-    if problems:
-        raise ValueError(
-            f"The unit coupling of layer '{layer.name}' ({type(layer).__name__})"
-            f" disagrees with its gradients on random inputs: {'; '.join(problems[:3])}."
-            " Fix its maskfit_unit_coupling (or register_coupling) declaration."
-        )
+    return tuple(problems)

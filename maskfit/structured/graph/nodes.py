@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from maskfit.kinds.couplings.calls import TensorUnits
+from maskfit.kinds.couplings.signature import Memo
 
 __all__ = ["Slices", "Space", "UnitNodes"]
 
@@ -50,6 +51,9 @@ class UnitNodes:
       calls: `(call, {id(input): TensorUnits}, [output TensorUnits])` per
         layer call walked.
       avoided: `(layer, ids, count, reason)` per `avoid`.
+      memo: the outcomes of the gradient checks run while building, by the
+        signature of what was checked (`maskfit.kinds.couplings.signature`):
+        identical blocks are checked once.
     """
 
     def __init__(self, ignored=frozenset()):
@@ -65,6 +69,7 @@ class UnitNodes:
         self._ignored = ignored
         self.calls = []
         self.avoided = []
+        self.memo = Memo()
 
     # ------------------------------------------------------------ building
 

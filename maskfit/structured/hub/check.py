@@ -12,6 +12,13 @@ it (an FFN's up projection left out of the unit is found so). A unit whose
 entries were wrongly placed (another head's slice, a query head given to the
 wrong key/value group) leaves a live path or a stray cut, and fails. Two units of
 each space are checked; a space that fails keeps its units, with the reason.
+
+The verdict depends only on what the block computes and on the shapes it
+is checked at (the random values come from a fixed seed), so blocks of one
+signature (`maskfit.kinds.couplings.signature`: class, config, weight
+shapes, input shape and the coupling's claims relative to the block) are
+checked once per graph build and the others read the verdict back, told
+with their own variables' paths.
 """
 
 import inspect
@@ -19,6 +26,7 @@ import inspect
 import keras
 import numpy as np
 
+from maskfit.kinds.couplings import signature as check_signature
 from maskfit.units import backprop
 
 __all__ = ["check"]
@@ -27,33 +35,30 @@ _BATCH = 2
 _FILL = 5
 
 
-def _inputs(call, rng):
+def _inputs(shape, rng):
     shape = [
-        _BATCH if i == 0 else (_FILL if d is None else d)
-        for i, d in enumerate(call.input_shape(0))
+        _BATCH if i == 0 else (_FILL if d is None else d) for i, d in enumerate(shape)
     ]
     return rng.normal(size=shape).astype("float32")
 
 
-def _gradients(layer, x, values, zeroed, seed):
+def _gradients(layer, x, arrays, zeroed, seed):
     """Gradients of a random projection of `layer(x)` with respect to its weights.
 
-    Taken by the backend that runs the layer (`maskfit.units.backprop`): a
-    TensorFlow tape sees nothing of a JAX computation.
+    `arrays` are the weights' values in their dtypes; `zeroed` lists
+    `(variable, axis, positions)` set to 0 first (in copies). Taken by the
+    backend that runs the layer (`maskfit.units.backprop`): a TensorFlow
+    tape sees nothing of a JAX computation.
     """
-    arrays = []
-    for variable, value in zip(layer.weights, values):
-        value = value.copy()
+    arrays = list(arrays)
+    for i, variable in enumerate(layer.weights):
         for target, axis, positions in zeroed:
             if target is variable:
+                value = arrays[i].copy()
                 index = [slice(None)] * value.ndim
                 index[axis] = positions
-                value[tuple(index)] = 0.0
-        arrays.append(
-            keras.ops.convert_to_numpy(
-                keras.ops.convert_to_tensor(value, variable.dtype)
-            )
-        )
+                value[tuple(index)] = 0
+                arrays[i] = value
     kwargs = {}
     if "training" in inspect.signature(layer.call).parameters:
         kwargs["training"] = False
@@ -66,21 +71,21 @@ def _gradients(layer, x, values, zeroed, seed):
     return {id(v): g for v, g in zip(layer.weights, gradients)}
 
 
-def _problem(layer, x, values, space, sliced, node, before, seed):
+def _problem(layer, x, arrays, space, sliced, node, before, seed):
+    """Why unit `node` fails, as `(kind, unit, weight index)`, or None."""
+    index_of = {id(v): i for i, v in enumerate(layer.weights)}
     zeroed = [(v, axis, np.flatnonzero(ids == node)) for v, axis, ids, _ in sliced]
-    after = _gradients(layer, x, values, zeroed, seed)
+    after = _gradients(layer, x, arrays, zeroed, seed)
     # Relative to the largest gradient: below 1e-6 is float rounding (a key
     # bias's, which softmax cancels); a path cut by a zero weight gives
     # exactly 0 (a live gradient may pass near 0 by chance, not hit it).
     scale = max(float(np.max(np.abs(g))) for g in before.values())
     declared = {}
+    unit = node - space.first
     for (variable, axis, positions), (*_, closes) in zip(zeroed, sliced):
         taken = np.take(after[id(variable)], positions, axis=axis)
         if not closes and np.any(np.abs(taken) > 1e-6 * scale):
-            return (
-                f"with unit {node - space.first} of {space.name} set to 0, the output"
-                f" still depends on its entries of '{variable.path}'"
-            )
+            return ("live", unit, index_of[id(variable)])
         mark = np.zeros(after[id(variable)].shape, bool)
         index = [slice(None)] * mark.ndim
         index[axis] = positions
@@ -89,15 +94,84 @@ def _problem(layer, x, values, space, sliced, node, before, seed):
     for variable in layer.weights:
         cut = (np.abs(before[id(variable)]) > 1e-5 * scale) & (after[id(variable)] == 0)
         if np.any(cut & ~declared.get(id(variable), False)):
-            return (
-                f"setting unit {node - space.first} of {space.name} to 0 cuts off"
-                f" entries of '{variable.path}' that its coupling does not give it"
-            )
+            return ("cut", unit, index_of[id(variable)])
     return None
+
+
+def _verdicts(layer, shape, spaces, seed):
+    """One verdict per space: None (it passes) or why it fails, as a tuple."""
+    rng = np.random.default_rng(seed)
+    try:
+        x = _inputs(shape, rng)
+        arrays = []
+        for variable in layer.weights:
+            fan_in = variable.shape[0] if len(variable.shape) else 1
+            value = rng.normal(size=tuple(variable.shape)) / np.sqrt(max(fan_in, 1))
+            # Once, in the variable's dtype (zeroing commutes with the cast).
+            arrays.append(
+                keras.ops.convert_to_numpy(
+                    keras.ops.convert_to_tensor(value, variable.dtype)
+                )
+            )
+            del value
+    except Exception as error:  # noqa: BLE001 - whatever stops the check keeps the units
+        return (("unchecked", str(error)),) * len(spaces)
+    try:
+        before = _gradients(layer, x, arrays, [], seed)
+    except Exception as error:  # noqa: BLE001
+        return (("unchecked", str(error)),) * len(spaces)
+    verdicts = []
+    for space, sliced in spaces:
+        verdict = None
+        for node in sorted({int(space.ids[0]), int(space.ids[-1])}):
+            try:
+                verdict = _problem(layer, x, arrays, space, sliced, node, before, seed)
+            except Exception as error:  # noqa: BLE001
+                verdict = ("failed", str(error))
+            if verdict:
+                break
+        verdicts.append(verdict)
+    return tuple(verdicts)
+
+
+def _reason(verdict, layer, space):
+    kind, *rest = verdict
+    if kind == "unchecked":
+        return f"its units could not be checked: {rest[0]}"
+    if kind == "failed":
+        problem = f"the check could not run: {rest[0]}"
+    else:
+        unit, index = rest
+        path = layer.weights[index].path
+        problem = (
+            f"with unit {unit} of {space.name} set to 0, the output still depends"
+            f" on its entries of '{path}'"
+            if kind == "live"
+            else f"setting unit {unit} of {space.name} to 0 cuts off entries of"
+            f" '{path}' that its coupling does not give it"
+        )
+    return f"its units fail maskfit's gradient check: {problem}"
+
+
+def _claims(layer, spaces):
+    """What the coupling says, relative to the block (its weights' order, each space's first node)."""
+    index_of = {id(v): i for i, v in enumerate(layer.weights)}
+    claims = []
+    for space, sliced in spaces:
+        entries = []
+        for variable, axis, ids, closes in sliced:
+            if id(variable) not in index_of:
+                return None
+            relative = np.asarray(ids, np.int64) - space.first
+            entries.append((index_of[id(variable)], axis, relative.tobytes(), closes))
+        claims.append((space.name, space.size, tuple(entries)))
+    return tuple(claims)
 
 
 def check(graph, call, spaces, seed=0):
     """Fixes the units of each space in `spaces` whose entries fail the check.
+
+    Blocks of one signature are checked once per graph build (`graph.memo`).
 
     Args:
       graph: the `DependencyGraph` being built.
@@ -109,34 +183,14 @@ def check(graph, call, spaces, seed=0):
         still attends, uniformly).
     """
     layer = call.layer
-    rng = np.random.default_rng(seed)
-    try:
-        x = _inputs(call, rng)
-        values = []
-        for variable in layer.weights:
-            fan_in = variable.shape[0] if len(variable.shape) else 1
-            values.append(
-                rng.normal(size=tuple(variable.shape)) / np.sqrt(max(fan_in, 1))
-            )
-    except Exception as error:  # noqa: BLE001 - whatever stops the check keeps the units
-        for space, _ in spaces:
-            graph.fix(space.ids, f"its units could not be checked: {error}")
-        return
-    try:
-        before = _gradients(layer, x, values, [], seed)
-    except Exception as error:  # noqa: BLE001
-        for space, _ in spaces:
-            graph.fix(space.ids, f"its units could not be checked: {error}")
-        return
-    for space, sliced in spaces:
-        nodes = sorted({int(space.ids[0]), int(space.ids[-1])})
-        for node in nodes:
-            try:
-                problem = _problem(layer, x, values, space, sliced, node, before, seed)
-            except Exception as error:  # noqa: BLE001
-                problem = f"the check could not run: {error}"
-            if problem:
-                graph.fix(
-                    space.ids, f"its units fail maskfit's gradient check: {problem}"
-                )
-                break
+    shape = call.input_shape(0)
+    claims = _claims(layer, spaces)
+    key = None
+    if claims is not None:
+        key = check_signature.signature(layer, shape, "keras_hub block", seed, claims)
+    memo = getattr(graph, "memo", None)
+    memo = check_signature.Memo() if memo is None else memo
+    verdicts = memo.outcome(key, lambda: _verdicts(layer, shape, spaces, seed))
+    for (space, _), verdict in zip(spaces, verdicts):
+        if verdict:
+            graph.fix(space.ids, _reason(verdict, layer, space))
