@@ -281,7 +281,7 @@ def select_units(
             model, variables, rule.importance, data, loss, batch_size
         )
     weights = [tf.convert_to_tensor(v) for v in variables]
-    masks = rule.masks_for(
+    keep = rule.kept_atoms(
         plan,
         accumulated,
         float(pruning_ratio),
@@ -289,8 +289,23 @@ def select_units(
         weights,
         [None] * len(variables),
     )
-    keeps = {id(v): m.numpy() for v, m in zip(variables, masks)}
-    return UnitSelection(plan.graph, unit_choice.kept_atoms_from(plan, keeps))
+    # Read back from each variable's keep mask in turn (never all at once).
+    return UnitSelection(
+        plan.graph, unit_choice.kept_atoms_from(plan, _Masks(plan, keep))
+    )
+
+
+class _Masks:
+    """`{id(variable): keep mask}` of the kept atoms `keep`, made when asked."""
+
+    def __init__(self, plan, keep):
+        self._plan, self._keep = plan, keep
+
+    def get(self, key):
+        each = self._plan.by_id.get(key)
+        if each is None:
+            return None
+        return unit_choice.keep_mask(self._plan, self._keep, each.variable).numpy()
 
 
 def _taylor_sums(model, variables, importance, data, loss, batch_size):

@@ -193,11 +193,33 @@ class UnitPruning(rules_lib.MaskRule):
           keeps: the keep masks in force, one per variable, or None: units
             none of whose entries are kept stay removed.
         """
+        keep = self.kept_atoms(
+            plan, sums, fraction, variables, weights, protected, keeps
+        )
         variables = [plan.by_id[id(v)].variable for v in variables]
-        scores = {
-            id(v): self.importance(v, w, _read(sums.get(id(v))))
-            for v, w in zip(variables, weights)
-        }
+        masks = [unit_choice.keep_mask(plan, keep, v) for v in variables]
+        if sums:
+            with tf.control_dependencies(masks):
+                resets = [s.assign(tf.zeros_like(s)) for s in sums.values()]
+            with tf.control_dependencies(resets):
+                masks = [tf.identity(m) for m in masks]
+        return masks
+
+    def kept_atoms(
+        self, plan, sums, fraction, variables, weights, protected, keeps=None
+    ):
+        """Which atoms stay (a bool per atom), as `masks_for` chooses them.
+
+        Each variable's scores are made and summed per atom in turn, so no
+        more than one variable's scores are held at a time.
+        """
+        variables = [plan.by_id[id(v)].variable for v in variables]
+        scores = _Scores(
+            {
+                id(v): (lambda v=v, w=w: self.importance(v, w, _read(sums.get(id(v)))))
+                for v, w in zip(variables, weights)
+            }
+        )
         guarded = {
             id(v): tf.cast(p, tf.float32)
             for v, p in zip(variables, protected)
@@ -225,13 +247,7 @@ class UnitPruning(rules_lib.MaskRule):
         )
         if alive is not None:
             keep = tf.logical_and(keep, alive)  # a removed unit never comes back
-        masks = [unit_choice.keep_mask(plan, keep, v) for v in variables]
-        if sums:
-            with tf.control_dependencies(masks):
-                resets = [s.assign(tf.zeros_like(s)) for s in sums.values()]
-            with tf.control_dependencies(resets):
-                masks = [tf.identity(m) for m in masks]
-        return masks
+        return keep
 
     def observe_gradients(self, step, variables, gradients):
         """Adds `|w * g|` to the Taylor sums, until the schedule's last update.
@@ -299,6 +315,17 @@ class _Planned(NamedTuple):
     plan: object
     sums: dict  # {variable key: tf.Variable}, for TaylorImportance
     sum_of: dict  # the same sums by id() of the Keras variable
+
+
+class _Scores:
+    """`{id(variable): scores}` made when asked (`get`), one variable at a time."""
+
+    def __init__(self, makers):
+        self._makers = makers
+
+    def get(self, key):
+        maker = self._makers.get(key)
+        return None if maker is None else maker()
 
 
 def _read(variable):
