@@ -15,8 +15,8 @@ computation is its sublayers'), each class with it. Where a layer's
 `get_config` raises (keras_hub 0.32's `LlamaTransformerDecoder` reads an
 attribute it never sets), its `__init__` arguments stored as attributes
 stand in, with the names of those it does not store. A layer or sublayer
-whose config cannot be written as JSON (it holds a function, an object
-without a config) has no signature and is checked on each call, as before.
+whose config cannot be written as JSON (it holds a lambda, a closure, an
+object without a config) has no signature and is checked on each call, as before.
 """
 
 import inspect
@@ -33,12 +33,26 @@ class _NoSignature(Exception):
     pass
 
 
+def _unnamed(value):
+    """Whether `value` is a lambda or a closure (what it computes is not its name)."""
+    return inspect.isfunction(value) and (
+        value.__name__ == "<lambda>" or value.__closure__ is not None
+    )
+
+
+def _closes_over(layer):
+    """Whether an attribute of `layer` (not a method Keras wraps) is a lambda or closure."""
+    return any(
+        _unnamed(value)
+        for name, value in vars(layer).items()
+        if not hasattr(type(layer), name)
+    )
+
+
 def _plain(value):
     """A JSON stand-in for what a config holds besides plain values."""
     if isinstance(value, keras.initializers.Initializer) or (
-        inspect.isfunction(value)
-        and value.__name__ != "<lambda>"
-        and value.__closure__ is None
+        inspect.isfunction(value) and not _unnamed(value)
     ):
         # Initializers (the check draws its own weights) and named
         # module-level functions (activations): said by their serialization.
@@ -69,9 +83,12 @@ def signature(layer, input_shape, *extra):
     >>> signature(a, (None, 3)) == signature(c, (None, 3))
     False
     """
+    layers = [layer, *internals.sublayers(layer)]
+    if any(_closes_over(each) for each in layers):
+        return None  # a config writes a lambda's code, not the values it closes over
     try:
         text = json.dumps(
-            [_config(each) for each in [layer, *internals.sublayers(layer)]],
+            [_config(each) for each in layers],
             sort_keys=True,
             default=_plain,
         )
