@@ -10,7 +10,8 @@ sets, the structured-pruning networks); they import nothing else from
 `experiments` but the public `Config` and `run` of the experiments they time.
 
 The packages sit in two folders, by what they compare, and this package's
-`__path__` lists both, so that each is `benchmarks.<name>` whatever its folder:
+`__path__` lists both, so that each is `benchmarks.<name>` whatever its folder
+(`scale`, which measures maskfit's own cost as a model grows, sits here):
 
 - `step/`: the training step of `MaskedModel` against stock Keras:
   `step_time`, `freezing`, `layerwise_rates`, `sparse_step_time`,
