@@ -1,63 +1,63 @@
 #!/usr/bin/env bash
-# The masked training step against stock Keras on a CUDA machine, as one table.
+# Issue 43's GPU measurements in one go, printing one table (docs/benchmarks.md).
 #
-# Runs `benchmarks.jax_step_time` (Keras on JAX, jit, AdamW, each contender beside stock
-# in one process) at issue 43's sizes: the 4x4096 MLP (batch 1024) with BERT-base (12
-# layers, 768, seq 128, batch 32), then the 4x1024 MLP (batch 256) with the small BERT
-# (2 layers, 128). Each row: step time, masked/stock ratio (median over rounds, spread),
-# and what XLA compiled for the GPU (fusions, bytes accessed, their ratios to stock).
+#   bash benchmarks/gpu.sh [WORKDIR]            # on a CUDA machine, Keras on JAX
+#   GPU_SH_TINY=1 bash benchmarks/gpu.sh DIR    # a rehearsal at tiny sizes (CPU)
 #
-#   pip install -e ".[test]" && pip install -U "jax[cuda12]"
-#   bash benchmarks/gpu.sh [WORKDIR]          # default /tmp/maskfit_gpu
+# It stops unless JAX runs on a GPU (GPU_SH_DRY_RUN=1 is GPU_SH_TINY=1).
 #
-# It stops unless JAX runs on a GPU. GPU_SH_DRY_RUN=1 runs it tiny on any machine (to
-# check the script, not to measure).
+# 1. benchmarks.jax_step_time (masked / stock, AdamW, jit) on the issue's four
+#    models: MLP 4x4096 batch 1024, MLP 4x1024 batch 256, BERT small (2 layers,
+#    128) and BERT-base (12 layers, 768, seq 128, batch 32);
+# 2. benchmarks.scale.latency at 1.1B (TinyLlama's shape): select_units(0.5),
+#    shrink(uniform=True), the shrunk logits against the masked model's, and
+#    dense/shrunk latency at 128 tokens, batch 1 and 16, float32 and bfloat16.
+# Needs the `hub` and `experiments` extras and a CUDA build of jax
+# (pip install "jax[cuda12]"); it prints the device it ran on.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-WORKDIR=${1:-/tmp/maskfit_gpu}
-PYTHON=${PYTHON:-python}
-
+WORKDIR="${1:-runs/gpu}"
+mkdir -p "$WORKDIR"
+export KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=2
+PY="${PYTHON:-python}"
 if [[ "${GPU_SH_DRY_RUN:-0}" == 1 ]]; then
-  TIMING=(--steps=2 --steps_per_execution=1 --warmup_steps=1 --repeats=1)
-  BIG=(--mlp_depth=1 --mlp_width=16 --mlp_batch=8 --bert_layers=1 --bert_hidden=8
-       --bert_heads=2 --bert_intermediate=16 --bert_vocabulary=20 --bert_sequence=4
-       --bert_batch=2)
-  SMALL=("${BIG[@]}" --mlp_width=8)
-else
-  KERAS_BACKEND=jax "$PYTHON" -c '
+  GPU_SH_TINY=1
+fi
+if [[ -z "${GPU_SH_TINY:-}" ]]; then
+  "$PY" -c '
 import sys, jax
 if jax.default_backend() != "gpu":
     sys.exit(f"benchmarks/gpu.sh: JAX runs on {jax.default_backend()!r}, not a GPU;"
              " install jax with CUDA (pip install -U \"jax[cuda12]\") on a CUDA machine,"
-             " or set GPU_SH_DRY_RUN=1 to check the script.")
-print("GPU:", jax.devices()[0].device_kind)
+             " or set GPU_SH_TINY=1 to rehearse the script.")
 '
-  TIMING=(--steps=50 --repeats=9)
-  BIG=(--mlp_width=4096 --mlp_batch=1024 --bert_layers=12 --bert_hidden=768
-       --bert_heads=12 --bert_intermediate=3072 --bert_vocabulary=30522)
-  SMALL=()
 fi
-
-"$PYTHON" -m benchmarks.jax_step_time --workdir "$WORKDIR/large" "${TIMING[@]}" "${BIG[@]}"
-"$PYTHON" -m benchmarks.jax_step_time --workdir "$WORKDIR/small" "${TIMING[@]}" "${SMALL[@]}"
-
-"$PYTHON" - "$WORKDIR" <<'PY'
-import json, os, sys
-
-workdir = sys.argv[1]
-print()
-print("| sizes | model | mask | ms/step | ratio | spread | CPU-time ratio"
-      " | fusions | fusions ratio | MB accessed | bytes ratio |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
-for sizes, label in (("large", "4x4096 MLP / BERT-base"), ("small", "4x1024 MLP / BERT small")):
-    with open(os.path.join(workdir, sizes, "jax_step_time.json")) as f:
-        found = json.load(f)
-    for row in found["rows"]:
-        print(
-            f"| {label} | {row['model']} | {row['mask']} | {row['step_ms']:.3f}"
-            f" | {row['ratio_median']:.3f} | [{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]"
-            f" | {row['cpu_ratio_median']:.3f} | {row['fusions']} | {row['fusions_ratio']:.3f}"
-            f" | {row['bytes_accessed'] / 1e6:.1f} | {row['bytes_ratio']:.4f} |"
-        )
-print(f"\n{found['machine']}; rows in {workdir}/{{large,small}}/jax_step_time.json")
-PY
+if [[ -n "${GPU_SH_TINY:-}" ]]; then
+  MLPS=("2 16 8" "1 8 4"); BERTS=("1 16 2 32 2 4" "2 16 2 32 2 4")
+  TIMING=(--steps=2 --repeats=1 --warmup_steps=1 --steps_per_execution=1)
+  LATENCY=(--size=tiny --tokens=8 --repeats=1)
+else
+  MLPS=("4 4096 1024" "4 1024 256"); BERTS=("2 128 2 512 128 32" "12 768 12 3072 128 32")
+  TIMING=(--repeats=9 --steps=10)
+  LATENCY=(--size=1.1B)
+fi
+GPU_SH_DEVICE="$("$PY" -c "import jax; d = jax.devices()[0]; print(d.platform, d.device_kind, '| jax', jax.__version__)")"
+export GPU_SH_DEVICE
+echo "device: $GPU_SH_DEVICE"
+i=0
+for mlp in "${MLPS[@]}"; do
+  read -r depth width batch <<<"$mlp"
+  "$PY" -m benchmarks.jax_step_time --workdir "$WORKDIR/step_mlp_$i" --models=mlp \
+    --mlp_depth="$depth" --mlp_width="$width" --mlp_batch="$batch" "${TIMING[@]}" >/dev/null
+  i=$((i + 1))
+done
+i=0
+for bert in "${BERTS[@]}"; do
+  read -r layers hidden heads inter seq batch <<<"$bert"
+  "$PY" -m benchmarks.jax_step_time --workdir "$WORKDIR/step_bert_$i" --models=bert \
+    --bert_layers="$layers" --bert_hidden="$hidden" --bert_heads="$heads" \
+    --bert_intermediate="$inter" --bert_sequence="$seq" --bert_batch="$batch" \
+    "${TIMING[@]}" >/dev/null
+  i=$((i + 1))
+done
+"$PY" -m benchmarks.scale.latency --workdir "$WORKDIR/latency" "${LATENCY[@]}" >/dev/null
+"$PY" -m benchmarks.scale.gpu_table "$WORKDIR"

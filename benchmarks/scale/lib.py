@@ -6,8 +6,10 @@ FFN 5632, vocabulary 32000), and the growth exponent of each phase fitted on
 a log-log scale (`cost ~ parameters ** exponent`; the issue asks <= 1.1).
 The phases (`measure.PHASES`): building the `LlamaCausalLM`; an `ElementMask`
 declared on every kernel; one training step of stock Keras and of
-`MaskedModel` (SGD, batch 1 of `sequence` tokens, the second step timed, the
-first traces; SGD has no slots, so the 1.1B step fits a 24 GB machine);
+`MaskedModel` (SGD, batch 1 of `sequence` tokens; the phase is the compile
+and the first step, which traces, and the table's step time the median of 3
+steps of each, interleaved; SGD has no slots, so the 1.1B step fits a 24 GB
+machine);
 `DependencyGraph`; `select_units(0.5)`; `shrink(uniform=True)`;
 `ActivationImportance.calibrate` over 8 batches of 1; the weights file with
 the masks saved and loaded. Each size runs in its own process
@@ -75,7 +77,8 @@ class Config:
             )
 
 
-def _size(name, sequence):
+def size_config(name, sequence):
+    """The `LlamaBackbone` arguments of `SIZES[name]`, with `sequence` and `name`."""
     return {**_SHARED, **SIZES[name], "sequence": sequence, "name": name}
 
 
@@ -114,7 +117,11 @@ def _subprocess(part, size):
 
 
 def costs(result):
-    """`{phase: (seconds, added peak bytes)}` of one size; the steps by their timed step."""
+    """`{phase: (seconds, added peak bytes)}` of one size.
+
+    The steps' seconds are their timed steps' (the phase's own include
+    compiling and tracing); their memory the first step's.
+    """
     found = {
         name: (row["seconds"], row["peak_added_bytes"])
         for name, row in result["phases"].items()
@@ -156,7 +163,7 @@ def run(config, workdir):
     """Measures every size; writes scale.json, scale.md and scale.png; returns the results."""
     harness.write_config(workdir, config)
     each = _measure_in_subprocess if config.processes else _measure_in_process
-    results = [each(_size(name, config.sequence)) for name in config.sizes]
+    results = [each(size_config(name, config.sequence)) for name in config.sizes]
     summary = {
         "machine": harness.machine(),
         "sizes": results,
@@ -193,11 +200,8 @@ def format_table(summary):
             "-" if fit[k] is None else f"{fit[k]:.2f}" for k in ("seconds", "memory")
         ]
         lines.append(f"| {phase} | " + " | ".join(cells + slopes) + " |")
-    ratio = " | ".join(
-        f"{r['step_seconds']['masked'] / r['step_seconds']['stock']:.3f}"
-        for r in results
-    )
-    lines.append(f"| masked/stock step | {ratio} | | |")
+    ratio = " | ".join(f"{r['step_seconds']['ratio']:.3f}" for r in results)
+    lines.append(f"| masked/stock step (median of 3 interleaved) | {ratio} | | |")
     weights = " | ".join(f"{r['weights_bytes'] / 2**20:.0f} MB" for r in results)
     lines.append(f"| weights (float32) | {weights} | | |")
     passes = " | ".join(_pass_cell(r["pass"]) for r in results)

@@ -77,7 +77,8 @@ class Phases:
         return result
 
 
-def _tokens(size, count, rng):
+def tokens(size, count, rng):
+    """`count` examples of random token ids (no padding) at `size`'s sequence."""
     return {
         "token_ids": rng.integers(
             0, size["vocabulary_size"], (count, size["sequence"])
@@ -107,21 +108,35 @@ def _declare(model):
     return count, entries
 
 
-def _step(model, batch):
+def _first_step(model, batch):
+    """Compiles `model` (SGD) and takes its first step, which traces it."""
     model.compile(
         optimizer=keras.optimizers.SGD(1e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
-    model.train_on_batch(batch, batch["token_ids"])  # traced here
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        model.train_on_batch(batch, batch["token_ids"])
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    model.train_on_batch(batch, batch["token_ids"])
 
 
-def _build(size):
+def _interleaved(models, batch, rounds=3):
+    """Median step seconds of each model, and the median of per-round ratios.
+
+    One step of each per round, the order alternating, so that what else
+    the machine runs sways both alike.
+    """
+    times = {name: [] for name in models}
+    for i in range(rounds):
+        for name in models if i % 2 == 0 else reversed(list(models)):
+            start = time.perf_counter()
+            models[name].train_on_batch(batch, batch["token_ids"])
+            times[name].append(time.perf_counter() - start)
+    ratios = np.divide(times["masked"], times["stock"])
+    found = {name: float(np.median(t)) for name, t in times.items()}
+    found["ratio"] = float(np.median(ratios))
+    return found
+
+
+def build(size):
+    """The `LlamaCausalLM` of `size` (float32, seeded), without a preprocessor."""
     import keras_hub
 
     keras.utils.set_random_seed(0)
@@ -143,7 +158,7 @@ def structured_pass(size):
     Run in a process that holds nothing but the model, so its added peak is
     the pass's own (in `measure`, memory earlier phases freed is reused).
     """
-    lm = _build(size)
+    lm = build(size)
     phases = Phases()
 
     def one_shot():
@@ -163,22 +178,23 @@ def measure(size, batches=8):
     """Every phase at one size (a dict of LlamaBackbone arguments and `sequence`)."""
     phases = Phases()
     rng = np.random.default_rng(0)
-    lm = phases.run("build", lambda: _build(size))
+    lm = phases.run("build", lambda: build(size))
     params = int(lm.count_params())
-    batch = _tokens(size, 1, rng)
+    batch = tokens(size, 1, rng)
     kernels, entries = phases.run("declare", lambda: _declare(lm))
     stock = keras.Model(lm.inputs, lm.outputs)
-    step = {"stock": phases.run("step_stock", lambda: _step(stock, batch))}
-    stock = None  # noqa: F841 (its step is over; free it)
+    phases.run("step_stock", lambda: _first_step(stock, batch))
     masked = maskfit.MaskedModel(lm.inputs, lm.outputs)
-    step["masked"] = phases.run("step_masked", lambda: _step(masked, batch))
+    phases.run("step_masked", lambda: _first_step(masked, batch))
+    step = _interleaved({"stock": stock, "masked": masked}, batch)
+    stock = None  # noqa: F841 (its steps are over; free it)
     graph = phases.run("graph", lambda: pruning.DependencyGraph(lm))
     del graph
     selection = phases.run("select", lambda: pruning.select_units(lm, 0.5))
     small = phases.run("shrink", lambda: pruning.shrink(lm, selection, uniform=True))
     shrunk_params = int(small.count_params())
     small = selection = None  # noqa: F841
-    calibration = _tokens(size, batches, rng)
+    calibration = tokens(size, batches, rng)
     phases.run(
         "calibrate",
         lambda: pruning.ActivationImportance().calibrate(lm, calibration, batch_size=1),

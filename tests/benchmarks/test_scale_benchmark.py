@@ -23,7 +23,7 @@ def _check_size(result):
 
 
 def test_one_size_measures_every_phase_and_the_pass_alone():
-    size = lib._size("tiny", 4)
+    size = lib.size_config("tiny", 4)
     _check_size(measure.measure(size))
     alone = measure.structured_pass(size)
     assert alone["seconds"] > 0
@@ -75,3 +75,42 @@ def test_exponents_are_the_log_log_slopes():
 def test_config_refuses_sizes_it_cannot_fit(sizes):
     with pytest.raises(ValueError, match="at least two of"):
         lib.Config(sizes=sizes)
+
+
+@pytest.mark.slow
+def test_latency_and_the_gpu_table_rehearsed_tiny(tmp_path):
+    from benchmarks.scale import gpu_table, latency
+
+    config = latency.Config(size="tiny", tokens=8, batches=(1, 2), repeats=1)
+    summary = latency.run(config, str(tmp_path / "latency"))
+    assert summary["class"] == "MistralCausalLM"
+    assert 0 < summary["shrunk_params"] < summary["params"]
+    assert summary["logits_error"] < 1e-5
+    assert [(r["dtype"], r["batch"]) for r in summary["rows"]] == [
+        (d, b) for d in ("float32", "bfloat16") for b in (1, 2)
+    ]
+    step = tmp_path / "step_mlp_0"
+    step.mkdir()
+    mlp = dict(models=["mlp"], mlp_depth=4, mlp_width=4096, mlp_batch=1024)
+    (step / "config.json").write_text(json.dumps(mlp))
+    rows = [
+        dict(model="mlp", mask="none", step_ms=2.0, ratio_median=1.0),
+        dict(model="mlp", mask="output", step_ms=2.1, ratio_median=1.05),
+        dict(model="mlp", mask="element", step_ms=2.0, ratio_median=1.01),
+    ]
+    (step / "jax_step_time.json").write_text(json.dumps({"rows": rows}))
+    text = gpu_table.table(str(tmp_path), "test device")
+    assert "| MLP 4x4096 (batch 1024), output | 2 | 1.050 | <= 1.02 NO |" in text
+    assert "| MLP 4x4096 (batch 1024), element | 2 | 1.010 | <= 1.04 yes |" in text
+    assert text.count("shrunk/dense latency") == 4
+    assert "test device" in text
+
+
+@pytest.mark.parametrize(
+    "kwargs", [dict(size="huge"), dict(dtypes=("float16",)), dict(batches=())]
+)
+def test_latency_config_refuses_what_it_cannot_time(kwargs):
+    from benchmarks.scale import latency
+
+    with pytest.raises(ValueError, match="Config"):
+        latency.Config(**kwargs)
