@@ -96,12 +96,24 @@ def test_latency_and_the_gpu_table_rehearsed_tiny(tmp_path):
     rows = [
         dict(model="mlp", mask="none", step_ms=2.0, ratio_median=1.0),
         dict(model="mlp", mask="output", step_ms=2.1, ratio_median=1.05),
-        dict(model="mlp", mask="element", step_ms=2.0, ratio_median=1.01),
+        dict(
+            model="mlp",
+            mask="element",
+            step_ms=2.0,
+            ratio_median=1.01,
+            fusions_ratio=1.0,
+            bytes_ratio=1.0433,
+        ),
     ]
     (step / "jax_step_time.json").write_text(json.dumps({"rows": rows}))
     text = gpu_table.table(str(tmp_path), "test device")
     assert "| MLP 4x4096 (batch 1024), output | 2 | 1.050 | <= 1.02 NO |" in text
-    assert "| MLP 4x4096 (batch 1024), element | 2 | 1.010 | <= 1.04 yes |" in text
+    assert (
+        "| MLP 4x4096 (batch 1024), element | 2 | 1.010 | <= 1.04 yes | 1.0000 | 1.0433 |"
+        in text
+    )
+    # A run without the compiled step's figures leaves their cells empty.
+    assert "| MLP 4x4096 (batch 1024), output | 2 | 1.050 | <= 1.02 NO |  |  |" in text
     assert text.count("shrunk/dense latency") == 4
     assert "test device" in text
 
