@@ -1,35 +1,53 @@
 """The blocks of a model, input side first: what `layerwise_decay` counts depth over.
 
-A functional graph is cut where every path from the inputs to the outputs
-passes through one call (a chain's every layer, a residual block's `Add`, a
-transformer layer): the calls between two such cuts are one block, whatever
-their branches and skips. Inputs that carry nothing learned (a padding mask fed
-to every transformer layer, positions) are not part of the path: they would
-otherwise skip every layer. A block whose only learned call is a nested
-functional or Sequential model is replaced by that model's own blocks, so a
-backbone inside a classifier counts embeddings, each layer, then the head. A
-block whose variables are all vectors (a normalization's scale and offset)
-joins the block before it, and the embedding layers that come first (token,
-position, segment: classes named `*Embedding*`) are one block, as in BEiT's
-and ELECTRA's layer ids. A layer that holds a stack of blocks (ViT's encoder)
-is replaced by its blocks, in the order it made them.
+A functional graph is cut where every path from an input to the outputs
+passes through one call (`maskfit.spec.stacks`: a chain's every layer, a
+residual block's `Add`, a transformer layer; in an encoder-decoder, each
+stack's layers, the encoder's below the decoder's): the calls that join a cut
+are one block with it, whatever their branches and skips. Inputs that carry
+nothing learned (a padding mask fed to every transformer layer, positions),
+and learned tensors read again by later layers (an encoder's output, a shared
+relative-position table), are not part of the path. A block whose only
+learned call is a nested functional or Sequential model is replaced by that
+model's own blocks, so a backbone inside a classifier counts embeddings, each
+layer, then the head. A block whose variables are all vectors (a
+normalization's scale and offset) joins the block before it, and the
+embedding layers that come first (token, position, segment: classes named
+`*Embedding*`) are one block, as in BEiT's and ELECTRA's layer ids. A layer
+that holds a stack of blocks (ViT's encoder) is replaced by its blocks, in the
+order it made them.
 """
+
+import typing
 
 import keras
 
 from maskfit import internals
-from maskfit.internals import graphs
+from maskfit.spec import stacks as stacks_lib
 
-__all__ = ["model_blocks"]
-
-_SOURCE = -1
+__all__ = ["Block", "display_names", "model_blocks"]
 
 
-def model_blocks(model):
-    """Returns the blocks of `model`, input side first, each a list of layers.
+class Block(typing.NamedTuple):
+    """The layers of one block and the rule that placed them (for the plan's table)."""
+
+    layers: list
+    rule: str
+    shared: tuple = ()
+
+    def described(self):
+        """The rule, with the shared layers placed here at their first use."""
+        if not self.shared:
+            return self.rule
+        return f"{self.rule}; first use of {', '.join(self.shared)}"
+
+
+def model_blocks(model, stacks="sequential"):
+    """Returns the `Block`s of `model`, input side first.
 
     Only layers with trainable variables are listed; a layer reached twice
-    (a shared or tied layer) is in the block nearest the input.
+    (a shared or tied layer) is in the block nearest the input, whose rule
+    names it.
 
     Raises:
       ValueError: for a model whose graph Keras does not record (a
@@ -45,11 +63,14 @@ def model_blocks(model):
             " a list of layers, input side first."
         )
     blocks, seen = [], set()
-    for block in _merge(_segments(model)):
-        kept = [x for x in block if id(x) not in seen]
-        seen.update(id(x) for x in kept)
+    for block in _merge(_segments(model, stacks)):
+        kept = []
+        for layer in block.layers:
+            if id(layer) not in seen:
+                seen.add(id(layer))
+                kept.append(layer)
         if kept:
-            blocks.append(kept)
+            blocks.append(block._replace(layers=kept))
     if not blocks:
         raise ValueError(
             f"Model '{model.name}' has no trainable variables, so there is no"
@@ -58,41 +79,90 @@ def model_blocks(model):
     return blocks
 
 
+def display_names(model, blocks):
+    """`{id(layer): name}`, a name two layers share given with the layers it is in.
+
+    Two towers or nested models may hold layers of one name (`embedding`,
+    `encoder_block_0`): those are written `outer/inner`, from the model down.
+    """
+    layers = [x for block in blocks for x in block]
+    count = {}
+    for layer in layers:
+        count[layer.name] = count.get(layer.name, 0) + 1
+    parent = {}
+    if isinstance(model, keras.layers.Layer):
+        stack = [model]
+        while stack:
+            outer = stack.pop()
+            for inner in internals.sublayers(outer, False):
+                if id(inner) not in parent:
+                    parent[id(inner)] = outer
+                    stack.append(inner)
+    found = {}
+    for layer in layers:
+        name, outer = layer.name, parent.get(id(layer))
+        if count[layer.name] > 1:
+            while outer is not None and outer is not model:
+                name = f"{outer.name}/{name}"
+                outer = parent.get(id(outer))
+        found[id(layer)] = name
+    return found
+
+
 def _readable(model):
     return isinstance(model, keras.Sequential) or isinstance(
         model, internals.functional_class()
     )
 
 
-def _segments(model):
+def _segments(model, stacks):
     """The blocks of `model`, nested models expanded, before merging vectors."""
     if isinstance(model, keras.Sequential):
-        segments = [[layer] for layer in model.layers]
+        segments = [Block([layer], "cut") for layer in model.layers]
     else:
-        segments = _graph_segments(model)
-    found = []
+        segments = [
+            Block(found.layers, found.rule, tuple(found.shared))
+            for found in stacks_lib.graph_blocks(model, stacks)
+        ]
+    expanded = []
     for segment in segments:
-        learned = [x for x in segment if x.trainable_weights]
-        if len(learned) == 1 and _readable(learned[0]) and learned[0].built:
-            found += _segments(learned[0])
-        elif len(learned) == 1 and _stack(learned[0]):
-            found += [[x] for x in _stack(learned[0])]
+        learned = [x for x in segment.layers if x.trainable_weights]
+        # One layer with the block's matrices (and norms that joined it).
+        main = [x for x in learned if not _vectors([x])]
+        inner = None
+        if len(main) == 1 and _readable(main[0]) and main[0].built:
+            inner = [
+                b._replace(rule=f"in {main[0].name}: {b.rule}")
+                for b in _segments(main[0], stacks)
+            ]
+        elif len(main) == 1 and _stack(main[0]):
+            inner = [Block([x], f"sublayer of {main[0].name}") for x in _stack(main[0])]
+        if inner:
+            norms = [x for x in learned if x is not main[0]]
+            if norms:
+                last = inner[-1]
+                inner[-1] = last._replace(
+                    layers=last.layers + norms, rule=_joined(last.rule)
+                )
+            expanded += inner
         elif learned:
-            found.append(learned)
-    return found
+            expanded.append(segment._replace(layers=learned))
+    return expanded
 
 
 def _stack(layer):
     """The sublayers of a layer that holds a stack of blocks, in order; else None.
 
-    A stack holds two or more sublayers of one class that hold layers
-    themselves (ViT's encoder: its encoder blocks, then a norm), and no
-    variable of its own; they are taken in the order the layer tracks them,
-    the order in which they were made.
+    A stack holds two or more sublayers of one class that are blocks
+    themselves, holding layers that hold layers (ViT's encoder: its encoder
+    blocks, each an attention and an MLP, then a norm), and no variable of its
+    own; they are taken in the order the layer tracks them, the order in
+    which they were made. A transformer layer's two attentions (self and
+    cross, each holding its projections) are not a stack.
     """
     children = [x for x in internals.sublayers(layer, False) if x.trainable_weights]
-    composite = [type(x) for x in children if internals.sublayers(x, False)]
-    if not any(composite.count(kind) > 1 for kind in composite):
+    blocks = [type(x) for x in children if _nested(x)]
+    if not any(blocks.count(kind) > 1 for kind in blocks):
         return None
     covered = {id(v) for x in children for v in x.trainable_weights}
     if covered != {id(v) for v in layer.trainable_weights}:
@@ -100,82 +170,59 @@ def _stack(layer):
     return children
 
 
-def _graph_segments(model):
-    """The layers of a functional model between consecutive cuts of its graph."""
-    inputs, calls, outputs = graphs.calls(model)
-    producer = {id(t): i for i, (_, _, outs) in enumerate(calls) for t in outs}
-    learned, before = [], []
-    for operation, ins, _ in calls:
-        known = [t for t in ins if id(t) in producer]
-        carries = [t for t in known if learned[producer[id(t)]]]
-        # Inputs computed from nothing learned (masks, positions) are side
-        # inputs: only the learned ones place the call, when it has any.
-        path = carries or ins
-        before.append({producer.get(id(t), _SOURCE) for t in path} or {_SOURCE})
-        learned.append(bool(_weights(operation)) or bool(carries))
-    ends = {producer.get(id(t), _SOURCE) for t in outputs}
-    on_path = _reaching(before, ends)
-    order = [i for i in range(len(calls)) if i in on_path]
-    position = {_SOURCE: 0, **{i: p + 1 for p, i in enumerate(order)}}
-    sink = len(order) + 1
-    edges = [(position[u], position[i]) for i in order for u in before[i]]
-    edges += [(position[u], sink) for u in ends]
-    cover = [0] * (sink + 2)
-    for start, end in edges:
-        cover[start + 1] += 1
-        cover[end] -= 1
-    segments, current, crossing = [], [], 0
-    for i in order:
-        crossing += cover[position[i]]
-        operation = calls[i][0]
-        if isinstance(operation, keras.layers.Layer) and operation not in current:
-            current.append(operation)
-        if crossing == 0:  # every path passes through call i: a block ends
-            segments.append(current)
-            current = []
-    segments.append(current)
-    return segments
-
-
-def _weights(operation):
-    return getattr(operation, "trainable_weights", None)
-
-
-def _reaching(before, ends):
-    """The calls from which some model output is reached."""
-    found, stack = set(), [i for i in ends if i != _SOURCE]
-    while stack:
-        i = stack.pop()
-        if i not in found:
-            found.add(i)
-            stack += [u for u in before[i] if u != _SOURCE]
-    return found
+def _nested(layer):
+    """Whether `layer` holds a layer that holds layers (two levels of nesting)."""
+    return any(internals.sublayers(x, False) for x in internals.sublayers(layer, False))
 
 
 def _embedding(layer):
     return any("Embedding" in kind.__name__ for kind in type(layer).__mro__)
 
 
+def _embeddings(layers):
+    """Embeddings, with the norms that follow them."""
+    return any(_embedding(x) for x in layers) and all(
+        _embedding(x) or _vectors([x]) for x in layers
+    )
+
+
+def _vectors(layers):
+    return all(len(v.shape) <= 1 for layer in layers for v in layer.trainable_weights)
+
+
 def _merge(blocks):
     """The leading embeddings are one block; blocks of vectors (norms) join the one
     before."""
     leading = 0
-    while leading < len(blocks) and all(_embedding(x) for x in blocks[leading]):
+    while leading < len(blocks) and _embeddings(blocks[leading].layers):
         leading += 1
     if leading > 1:
-        blocks = [sum(blocks[:leading], [])] + blocks[leading:]
+        layers = sum((b.layers for b in blocks[:leading]), [])
+        shared = sum((b.shared for b in blocks[:leading]), ())
+        blocks = [Block(layers, "leading embeddings", shared)] + blocks[leading:]
     merged = []
     for block in blocks:
-        vectors = all(
-            len(v.shape) <= 1 for layer in block for v in layer.trainable_weights
-        )
-        if vectors and merged:
-            merged[-1] = merged[-1] + block
+        if _vectors(block.layers) and merged:
+            last = merged[-1]
+            merged[-1] = Block(
+                last.layers + block.layers,
+                _joined(last.rule),
+                last.shared + block.shared,
+            )
         else:
-            merged.append(list(block))
-    if len(merged) > 1 and all(
-        len(v.shape) <= 1 for layer in merged[0] for v in layer.trainable_weights
-    ):
-        merged[1] = merged[0] + merged[1]  # a norm at the input: with what follows
+            merged.append(block)
+    if len(merged) > 1 and _vectors(merged[0].layers):
+        # A norm at the input: with what follows.
+        first, second = merged[0], merged[1]
+        merged[1] = Block(
+            first.layers + second.layers,
+            _joined(second.rule),
+            first.shared + second.shared,
+        )
         del merged[0]
     return merged
+
+
+def _joined(rule):
+    suffix = " + norms"
+    return rule if rule.endswith(suffix) else rule + suffix

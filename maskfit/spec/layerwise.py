@@ -9,6 +9,7 @@ import numpy as np
 
 from maskfit import internals
 from maskfit.spec import depth as depth_lib
+from maskfit.spec import stacks as stacks_lib
 from maskfit.spec.declare import get_mask, set_mask
 from maskfit.spec.masks import ElementMask, OutputMask
 from maskfit.spec.schedule import PiecewiseMask
@@ -29,6 +30,13 @@ class LayerwiseBlock(typing.NamedTuple):
       start: the optimizer step from which it learns (0 without unfreezing).
       layers: the names of its layers.
       params: how many trainable entries its layers hold.
+      rule: what placed these layers in one block: "cut" (every path from
+        the inputs passes through it), "cut of <inputs>" (one stack of an
+        encoder-decoder: every path from those inputs passes through it),
+        "leading embeddings", "sublayer of <layer>", "in <nested model>: ...",
+        "after the last cut", "given" (a list of blocks); "+ norms" when
+        blocks of vectors joined it, and the shared layers placed at their
+        first use.
 
     Example:
 
@@ -45,6 +53,7 @@ class LayerwiseBlock(typing.NamedTuple):
     start: int
     layers: tuple
     params: int = 0
+    rule: str = ""
 
 
 class LayerwisePlan(tuple):
@@ -65,20 +74,22 @@ class LayerwisePlan(tuple):
     """
 
     def __str__(self):
-        rows = [("depth", "multiplier", "from step", "params", "layers")]
+        rows = [("depth", "multiplier", "from step", "params", "placed by", "layers")]
         rows += [
             (
                 str(b.depth),
                 f"{b.multiplier:.4g}",
                 str(b.start),
                 f"{b.params:,}",
+                b.rule,
                 ", ".join(b.layers),
             )
             for b in self
         ]
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        widths = [max(len(row[i]) for row in rows) for i in range(5)]
         return "\n".join(
-            "  ".join(cell.rjust(w) for cell, w in zip(row[:4], widths)) + "  " + row[4]
+            "  ".join(cell.rjust(w) for cell, w in zip(row[:4], widths))
+            + f"  {row[4].ljust(widths[4])}  {row[5]}"
             for row in rows
         )
 
@@ -86,7 +97,7 @@ class LayerwisePlan(tuple):
         return f"LayerwisePlan({list(self)!r})"
 
 
-def layerwise_depths(model, decay=1.0, unfreeze_every=None):
+def layerwise_depths(model, decay=1.0, unfreeze_every=None, *, stacks="sequential"):
     """Returns what `layerwise_decay(model, decay, unfreeze_every)` would declare.
 
     Nothing is declared: print the result to check the depth given to each
@@ -96,6 +107,7 @@ def layerwise_depths(model, decay=1.0, unfreeze_every=None):
       model: as for `layerwise_decay`.
       decay: as for `layerwise_decay`; 1.0 (the default) to see depths only.
       unfreeze_every: as for `layerwise_decay`.
+      stacks: as for `layerwise_decay`.
 
     Returns:
       A `LayerwisePlan`: the `LayerwiseBlock`s, the output's first.
@@ -111,15 +123,15 @@ def layerwise_depths(model, decay=1.0, unfreeze_every=None):
     >>> skip = keras.layers.Add()([stem, keras.layers.Dense(6, name="body")(stem)])
     >>> model = keras.Model(inputs, keras.layers.Dense(2, name="head")(skip))
     >>> print(maskfit.layerwise_depths(model, 0.5))
-    depth  multiplier  from step  params  layers
-        0           1          0      14  head
-        1         0.5          0      42  body
-        2        0.25          0      30  stem
+    depth  multiplier  from step  params  placed by  layers
+        0           1          0      14  cut        head
+        1         0.5          0      42  cut        body
+        2        0.25          0      30  cut        stem
     """
-    return _plan_blocks(model, decay, unfreeze_every)[0]
+    return _plan_blocks(model, decay, unfreeze_every, stacks)[0]
 
 
-def layerwise_decay(model, decay, unfreeze_every=None):
+def layerwise_decay(model, decay, unfreeze_every=None, *, stacks="sequential"):
     """Declares learning-rate multipliers `decay ** depth`, depth counted from the output.
 
     Discriminative fine-tuning (ULMFiT's per-layer learning rates; layer-wise
@@ -143,12 +155,17 @@ def layerwise_decay(model, decay, unfreeze_every=None):
 
     Depth is found in any built Sequential or functional model, nested
     models and keras_hub backbones included (`maskfit.spec.depth`): the graph
-    is cut where every path from the inputs to the outputs passes through one
+    is cut where every path from an input to the outputs passes through one
     call, and the layers between two cuts are one block (a residual block,
     a transformer layer, the embeddings summed before the first layer);
     a nested model counts its own blocks; a block of vectors only (a
-    normalization) joins the one before it. `layerwise_depths` shows the
-    result without declaring anything.
+    normalization) joins the one before it. A model with several stacks
+    gets one depth per layer of each: in an encoder-decoder, each encoder
+    layer and each decoder layer (`stacks`). A tensor read again by later
+    layers (the encoder's output read by every cross-attention, a shared
+    relative-position table) does not tie them together: a shared piece
+    gets the depth of its first use. `layerwise_depths` shows the result,
+    with the rule that placed each block, without declaring anything.
 
     Args:
       model: a built `keras.Sequential` or functional model, or a list of
@@ -157,12 +174,19 @@ def layerwise_decay(model, decay, unfreeze_every=None):
       decay: the factor per block, in (0, 1].
       unfreeze_every: optimizer steps between two blocks' unfreezing, a
         positive integer; None (the default) trains every block from step 0.
+      stacks: how the stacks of a model with several are ordered (a model
+        only). "sequential" (the default): one depth per block, a stack
+        that another reads below it (embeddings < encoder 0 < ... <
+        encoder n < decoder 0 < ... < decoder m < head; two towers
+        interleave, each in its order). "parallel": depth counted from the
+        output along each stack, the i-th block from the top of each
+        sharing a depth (two towers decay side by side).
 
     Returns:
       A `LayerwisePlan`: the `LayerwiseBlock`s, the output's first.
 
     Raises:
-      ValueError: for a decay or `unfreeze_every` out of range, a model
+      ValueError: for a decay, `unfreeze_every` or `stacks` out of range, a model
         whose depth cannot be told (subclassed: pass its blocks), an
         unbuilt layer, a layer in two blocks, or a layer with an
         `OutputMask`.
@@ -179,7 +203,7 @@ def layerwise_decay(model, decay, unfreeze_every=None):
     >>> maskfit.get_mask(model.get_layer("body"))
     ElementMask(shapes={'net/body/kernel': (), 'net/body/bias': ()})
     """
-    plan, planned = _plan_blocks(model, decay, unfreeze_every)
+    plan, planned = _plan_blocks(model, decay, unfreeze_every, stacks)
     # Nothing is declared until every block is planned: a refusal changes nothing.
     for layer, spec, base in planned:
         set_mask(layer, spec)
@@ -187,20 +211,26 @@ def layerwise_decay(model, decay, unfreeze_every=None):
     return plan
 
 
-def _plan_blocks(model, decay, unfreeze_every):
+def _plan_blocks(model, decay, unfreeze_every, stacks):
     """`(LayerwisePlan, [(layer, spec, base)])` for `model` or a list of blocks."""
     decay = _check_decay(decay)
     unfreeze_every = _check_unfreeze_every(unfreeze_every)
-    blocks = _model_blocks(model) if isinstance(model, keras.Model) else _blocks(model)
+    _check_stacks(stacks, model)
+    if isinstance(model, keras.Model):
+        blocks, rules = _model_blocks(model, stacks)
+    else:
+        blocks = _blocks(model)
+        rules = ["given"] * len(blocks)
+    named = depth_lib.display_names(model, blocks)
     declared, planned = [], []
-    for depth, block in enumerate(reversed(blocks)):
+    for depth, (block, rule) in enumerate(zip(reversed(blocks), reversed(rules))):
         multiplier = decay**depth
         start = depth * unfreeze_every if unfreeze_every else 0
         for layer in block:
             planned += _plan(layer, multiplier, start)
         params = sum(int(np.prod(v.shape)) for x in block for v in x.trainable_weights)
-        names = tuple(x.name for x in block)
-        declared.append(LayerwiseBlock(depth, multiplier, start, names, params))
+        names = tuple(named[id(x)] for x in block)
+        declared.append(LayerwiseBlock(depth, multiplier, start, names, params, rule))
     return LayerwisePlan(declared), planned
 
 
@@ -267,7 +297,24 @@ def _blocks(blocks):
     return found
 
 
-def _model_blocks(model):
+def _check_stacks(stacks, model):
+    if stacks not in stacks_lib.STACKS:
+        raise ValueError(
+            "Received an invalid value for `stacks`, expected one of"
+            f" {', '.join(repr(x) for x in stacks_lib.STACKS)} ('sequential':"
+            " one depth per block, an encoder's layers below the decoder's;"
+            " 'parallel': each stack counted from the outputs, its i-th layer"
+            f" from the top sharing a depth with the others'). Received: stacks={stacks!r}"
+        )
+    if stacks != "sequential" and not isinstance(model, keras.Model):
+        raise ValueError(
+            f"`stacks={stacks!r}` orders the stacks found in a model's graph; a"
+            " list of blocks is already in the order given. Leave `stacks` out, or"
+            " pass the model."
+        )
+
+
+def _model_blocks(model, stacks):
     """The blocks of a built model, input side first (see `maskfit.spec.depth`)."""
     if not model.built:
         raise ValueError(
@@ -275,9 +322,10 @@ def _model_blocks(model):
             " unknown. Build the model first (call it on a batch, or start"
             " it with keras.Input), then call layerwise_decay."
         )
-    blocks = depth_lib.model_blocks(model)
+    found = depth_lib.model_blocks(model, stacks)
+    blocks = [block.layers for block in found]
     _blocks(blocks)  # each built, each once
-    return blocks
+    return blocks, [block.described() for block in found]
 
 
 def _plan(layer, multiplier, start):

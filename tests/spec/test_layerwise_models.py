@@ -272,6 +272,8 @@ def test_the_plan_prints_one_row_per_block():
         "from",
         "step",
         "params",
+        "placed",
+        "by",
         "layers",
     ]
     assert lines[1].split()[:3] == ["0", "1", "0"] and lines[1].endswith("logits")
