@@ -247,3 +247,18 @@ def test_every_keras_hub_backbone_gives_its_layers_distinct_ordered_depths(name)
     if name not in hub_zoo.available():
         pytest.skip(f"this keras_hub has no {name}")
     check_backbone(name)
+
+
+def test_the_step_check_fails_on_a_plan_one_block_off():
+    # What the checks above rest on: a multiplier off by one block is caught.
+    keras.utils.set_random_seed(0)
+    model, x = encoder_decoder()
+    plan = maskfit.layerwise_decay(model, DECAY)
+    shifted = [
+        block._replace(multiplier=DECAY ** (block.depth + 1))
+        if block.depth == 3
+        else block
+        for block in plan
+    ]
+    with pytest.raises(AssertionError, match="at multiplier"):
+        checks.check_sgd_step(model, x, shifted)
