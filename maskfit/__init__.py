@@ -22,12 +22,13 @@ from maskfit import moved as _moved
 
 _moved.install()
 
-from maskfit import distribute, layers, pruning, sparse, structured
+from maskfit import distribute, layers, oneshot, pruning, sparse, structured
 from maskfit.apply import apply_gradients
 from maskfit.backup import ExactBackupAndRestore
 from maskfit.gradients import custom_gradient, reduce_to_shape
 from maskfit.kinds import builtin as _builtin_kinds
 from maskfit.model import MaskedModel, MaskedSequential
+from maskfit.oneshot import OneShotReport, prune_oneshot
 from maskfit.spec.declare import get_mask, set_mask
 from maskfit.spec.layerwise import (
     LayerwiseBlock,
@@ -70,10 +71,13 @@ __all__ = [
     "LayerwisePlan",
     "MaskedModel",
     "MaskedSequential",
+    "oneshot",
+    "OneShotReport",
     "OutputMask",
     "OutputUnits",
     "PiecewiseMask",
     "probe_then_finetune",
+    "prune_oneshot",
     "pruning",
     "reduce_to_shape",
     "register_output_units",

@@ -1,0 +1,157 @@
+"""Calibration: a model's blocks, their inputs, and what each kernel's layer reads.
+
+One-shot pruning goes block by block, as the papers' reference code does:
+a keras_hub model's decoder blocks (`backbone.transformer_layers`), or else
+the model's own top-level layers that hold Dense / EinsumDense layers. The
+inputs of the first block are captured once, from one pass of the model
+over the calibration batches; each later block's are the outputs of the
+block before, run again after it was pruned, with the other arguments each
+block received in that pass (padding and attention masks). Where a block's
+input is not the output of the block before (a model that does more between
+blocks), the model is run again up to each block instead, which costs more
+time but calibrates the same way. Only one block's inputs are held at a time.
+"""
+
+import keras
+import numpy as np
+
+from maskfit import internals
+
+__all__ = ["Stats", "blocks", "block_inputs", "chained", "watch"]
+
+
+class _Stop(Exception):
+    """Ends a forward pass once the block of interest has its inputs."""
+
+
+def _prunable(layer):
+    return isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense))
+
+
+def kernel_layers(block):
+    """The Dense / EinsumDense layers of `block` (itself included), depth first."""
+    return [x for x in [block] + internals.sublayers(block) if _prunable(x)]
+
+
+def blocks(model):
+    """The blocks `model` is pruned in, in call order."""
+    for owner in (getattr(model, "backbone", None), model):
+        found = getattr(owner, "transformer_layers", None)
+        if found:
+            return list(found)
+    top = internals.sublayers(model, recursive=False)
+    return [layer for layer in top if kernel_layers(layer)]
+
+
+def _batches(calibration):
+    """The model inputs of every calibration batch, as `fit` unpacks `(x, y, w)`."""
+    return [keras.utils.unpack_x_y_sample_weight(data)[0] for data in calibration]
+
+
+def _wrap(block, record):
+    original = block.call
+
+    def call(*args, **kwargs):
+        return record(original, args, kwargs)
+
+    return internals.set_method(block, "call", call)
+
+
+def chained(model, found, batches):
+    """`(inputs of the first block per batch, other arguments per block and batch)`.
+
+    One pass of `model` over `batches` with every block watched. Returns
+    None for the second item if some block's first argument is not the
+    output of the block before it (`block_inputs` then runs the model up to
+    each block instead).
+    """
+    firsts, rests, chain = [], [[] for _ in found], [True]
+    last = [None]
+
+    def recorder(index):
+        def record(original, args, kwargs):
+            if not args:
+                chain[0] = False
+            elif index == 0:
+                firsts.append(args[0])
+            elif last[0] is None or args[0] is not last[0]:
+                if last[0] is None or not np.array_equal(
+                    keras.ops.convert_to_numpy(args[0]),
+                    keras.ops.convert_to_numpy(last[0]),
+                ):
+                    chain[0] = False
+            rests[index].append((args[1:], kwargs))
+            out = original(*args, **kwargs)
+            last[0] = out if not isinstance(out, (tuple, list)) else None
+            return out
+
+        return record
+
+    undo = [_wrap(block, recorder(i)) for i, block in enumerate(found)]
+    try:
+        for x in batches:
+            last[0] = None
+            model(x, training=False)
+    finally:
+        for step in reversed(undo):
+            step()
+    return firsts, (rests if chain[0] else None)
+
+
+def block_inputs(model, block, batches):
+    """`[(args, kwargs)]` of `block`'s call on each batch, running `model` up to it."""
+    seen = []
+
+    def record(original, args, kwargs):
+        seen.append((args, kwargs))
+        raise _Stop("inputs captured")
+
+    undo = _wrap(block, record)
+    try:
+        for x in batches:
+            count = len(seen)
+            try:
+                model(x, training=False)
+            except _Stop:
+                pass
+            if len(seen) == count:
+                raise ValueError(
+                    f"prune_oneshot: block '{block.name}' was not called when"
+                    f" model '{model.name}' ran on a calibration batch."
+                )
+    finally:
+        undo()
+    return seen
+
+
+class Stats:
+    """What a kernel's layer read over the calibration tokens: `X^T X` and the count."""
+
+    def __init__(self, view):
+        self.view = view
+        self.sums = np.zeros((view.rows[0], view.rows[0]))
+        self.count = 0
+
+    def add(self, x):
+        rows = self.view.inputs(keras.ops.convert_to_numpy(x))
+        self.sums += rows.T @ rows
+        self.count += len(rows)
+
+    @property
+    def squares(self):
+        """Each input feature's sum of squares (Wanda's `||X_j||^2`)."""
+        return np.diag(self.sums).copy()
+
+
+def watch(layers, stats):
+    """Records every call of `layers[i]` into `stats[i]`; returns the undo functions."""
+
+    def recorder(index):
+        def record(original, args, kwargs):
+            x = args[0] if args else kwargs.get("inputs")
+            stats[index].add(x)
+            return original(*args, **kwargs)
+
+        return record
+
+    return [_wrap(layer, recorder(i)) for i, layer in enumerate(layers)]
