@@ -55,6 +55,7 @@ CONFIGS = {
     ),
     "bert": ("BertBackbone", _ENCODER),
     "gpt2": ("GPT2Backbone", _ENCODER),
+    "opt": ("OPTBackbone", _ENCODER),
     "vit": (
         "ViTBackbone",
         dict(image_shape=(8, 8, 3), patch_size=4, num_layers=2, num_heads=4)

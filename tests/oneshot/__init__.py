@@ -1,0 +1,1 @@
+"""Tests of maskfit.oneshot: one-shot pruning (magnitude, Wanda, SparseGPT) and healing."""
