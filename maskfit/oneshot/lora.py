@@ -32,6 +32,15 @@ class LoraMerge:
       layers: the paths of the layers whose LoRA factors were merged.
       dropped: the share of the deltas' squared norm that fell on pruned
         entries and was left out (0: the merge kept the healed function).
+
+    Example:
+
+    >>> import keras, maskfit
+    >>> dense = keras.layers.Dense(2)
+    >>> dense.build((None, 2))
+    >>> dense.enable_lora(1)
+    >>> maskfit.oneshot.merge_lora(dense)  # B starts at 0: nothing to merge
+    LoraMerge(layers=('dense',), dropped=0.0)
     """
 
     layers: tuple

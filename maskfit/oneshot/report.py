@@ -18,6 +18,15 @@ class LayerReport:
       error: the layer's output error on the calibration tokens,
         `||X (W - W')||^2 / ||X W||^2` (0 is exact; what SparseGPT minimizes).
       seconds: the time its pruning took (not its calibration).
+
+    Example:
+
+    >>> import keras, maskfit, numpy as np
+    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    >>> x = [np.random.default_rng(0).normal(size=(16, 4)).astype("float32")]
+    >>> row = maskfit.prune_oneshot(model, x, "wanda", sparsity=0.5).layers[0]
+    >>> row.kernel, row.matrix, row.pruned, row.sparsity
+    ('sequential/dense/kernel', (4, 2), 4, 0.5)
     """
 
     layer: str
@@ -48,6 +57,18 @@ class OneShotReport:
       chained: whether each block's inputs were the previous block's outputs
         (else the model ran up to each block).
       seconds: the whole one-shot pass, calibration included.
+
+    Example:
+
+    >>> import keras, maskfit, numpy as np
+    >>> model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8),
+    ...                           keras.layers.Dense(2)])
+    >>> x = [np.random.default_rng(0).normal(size=(16, 8)).astype("float32")]
+    >>> report = maskfit.prune_oneshot(model, x, "magnitude", pattern="4:8")
+    >>> report.target, report.pruned, report.size, report.blocks, report.tokens
+    ('4:8', 40, 80, 2, 16)
+    >>> print(report.table().splitlines()[0][:52])
+    magnitude at 4:8: 40 of 80 kernel entries pruned (50
     """
 
     method: str

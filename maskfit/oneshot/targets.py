@@ -8,6 +8,7 @@ from maskfit import checks
 __all__ = ["METHODS", "Target", "target"]
 
 METHODS = ("magnitude", "wanda", "sparsegpt")
+"""`prune_oneshot`'s methods, from the one that looks at least to the one that looks most."""
 
 _PATTERN = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 

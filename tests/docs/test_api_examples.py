@@ -45,6 +45,7 @@ MODULES = (
     "maskfit.structured",
     "maskfit.pruning",
     "maskfit.sparse",
+    "maskfit.oneshot",
     "maskfit.distribute",
     "maskfit.layers",
 )

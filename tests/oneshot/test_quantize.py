@@ -1,0 +1,66 @@
+"""Pruned, then `model.quantize("int8" | "int4")`: every pruned entry is still exactly 0.
+
+The zeros are counted in what each quantized layer multiplies by, read by
+running the layer on the identity (so a zero point or a scale that moved a
+zero would show), against the masks `prune_oneshot` declared.
+"""
+
+import keras
+import numpy as np
+import pytest
+
+import maskfit
+from maskfit import internals
+from maskfit.oneshot import views
+from tests.helpers import hub_cases
+
+keras_hub = pytest.importorskip("keras_hub", reason="needs the hub extra")
+# Under JAX the layers run op by op, eagerly: about 20 s, so `slow` there.
+pytestmark = [pytest.mark.backends("tensorflow", "jax")] + (
+    [pytest.mark.slow] if keras.backend.backend() == "jax" else []
+)
+
+
+def effective(layer, view):
+    """The `(in, out)` matrix `layer` multiplies by: the layer run on the identity."""
+    n = view.rows[0]
+    x = np.eye(n, dtype="float32")
+    if view.input_letters:  # (1, n, contracted axes in the input's order)
+        contracted = [view.shape[a] for a in view.order[: len(view.contracted)]]
+        source = view.input_letters.replace("...", "")
+        moved = [2 + view.contracted.index(c) for c in source if c in view.contracted]
+        x = np.transpose(x.reshape([1, n] + contracted), [0, 1] + moved)
+    y = keras.ops.convert_to_numpy(layer(x))
+    return np.asarray(y, np.float64).reshape(n, -1)
+
+
+@pytest.mark.parametrize("mode", ["int8", pytest.param("int4", marks=pytest.mark.slow)])
+def test_quantizing_keeps_every_pruned_entry_zero(mode):
+    keras.utils.set_random_seed(0)
+    backbone = hub_cases.backbone("llama", hidden_dim=32, intermediate_dim=64)
+    lm = keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
+    rng = np.random.default_rng(0)
+    x = {
+        "token_ids": rng.integers(0, 50, (4, 6)).astype("int32"),
+        "padding_mask": np.ones((4, 6), "int32"),
+    }
+    maskfit.prune_oneshot(lm, [x], "sparsegpt", sparsity=0.5)
+    found = []
+    for layer in internals.sublayers(lm):
+        spec = maskfit.get_mask(layer)
+        if spec is not None:
+            view = views.kernel_view(layer)
+            found.append((layer, view, view.matrix(spec.masks["kernel"] == 0) > 0.5))
+    for layer, view, pruned in found[:2]:  # an EinsumDense and a Dense read right
+        matrix = effective(layer, view)
+        kernel = view.matrix(keras.ops.convert_to_numpy(view.variable))
+        np.testing.assert_allclose(matrix, kernel, atol=1e-5)
+        assert np.all(matrix[pruned] == 0)
+    with pytest.warns(UserWarning, match="does not have a `quantize` method"):
+        lm.quantize(mode)
+    assert len(found) == 14
+    for layer, view, pruned in found:
+        assert layer.quantization_mode == mode
+        matrix = effective(layer, view)
+        np.testing.assert_array_equal(matrix[pruned], 0.0)
+        assert np.count_nonzero(matrix[~pruned]) > 0.9 * np.sum(~pruned)
