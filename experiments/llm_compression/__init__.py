@@ -1,0 +1,1 @@
+"""One-shot pruning of a trained Llama (magnitude, Wanda, SparseGPT), healed and quantized."""
