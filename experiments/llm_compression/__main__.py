@@ -4,8 +4,8 @@ The keras_hub Llama of `experiments.transformer_pruning` (4 blocks, width
 128, the shared initial weights, trained on Python's own text as bytes) is
 pruned one-shot with `maskfit.prune_oneshot` per method (magnitude, Wanda,
 SparseGPT) and target (50/60/70% unstructured, 2:4, 4:8) from calibration
-windows; the 50% and 2:4 models are healed with their masks, and on the
-first seed every pruned model is quantized (int8, int4). Per method and
+windows; the 2:4 models are healed with their masks, and on the first
+seed quantized after healing (int8, int4). Per method and
 target over seeds: validation perplexity before and after healing, the one-
 shot pass's time and peak NumPy memory; after quantization, the pruned
 entries still 0 and the saved file's size. Writes `config.json`,

@@ -8,7 +8,7 @@ SparseGPT) and target (50/60/70% unstructured, 2:4, 4:8) is pruned one-shot
 from calibration windows (`maskfit.prune_oneshot`): validation perplexity,
 the pass's seconds and peak NumPy memory; the targets in `healed` are then
 fine-tuned for `heal_steps` with their masks and measured again. On the
-first seed each pruned model is also quantized (int8, int4): the pruned
+first seed each healed model is also quantized (int8, int4): the pruned
 entries still 0, the perplexity, the saved file's size.
 """
 
@@ -43,7 +43,8 @@ class Config:
       methods: One-shot methods: magnitude, wanda, sparsegpt.
       targets: Sparsities ("50%") and N:M patterns ("2:4") pruned to.
       healed: The targets also fine-tuned after pruning (with their masks).
-      quantize: Quantization modes tried on the first seed: int8, int4.
+      quantize: Quantization modes tried on the first seed's healed models
+        (after healing, as one would deploy them): int8, int4.
       seeds: Seeds; each trains its own dense model.
       batch_size: Windows per training step.
       train_steps: Dense training steps.
@@ -64,7 +65,7 @@ class Config:
     context: int = 128
     methods: tuple = METHODS
     targets: tuple = compress.TARGETS
-    healed: tuple = ("50%", "2:4")
+    healed: tuple = ("2:4",)
     quantize: tuple = MODES
     seeds: tuple = (0, 1, 2)
     batch_size: int = 8
@@ -166,7 +167,7 @@ def _seed(config, seed, corpus, validation, first):
             if target in config.healed:
                 compress.heal(model, heal, optimizer, config.run_eagerly)
                 row["healed_perplexity"] = keras_arm.perplexity(model, validation)
-            if first:
+            if first and target in config.healed:
                 row["quantized"] = [
                     compress.quantized(model, mode, arch, seed, validation)
                     for mode in config.quantize

@@ -17,7 +17,15 @@ import numpy as np
 
 from maskfit import internals
 
-__all__ = ["Stats", "blocks", "block_inputs", "chained", "watch"]
+__all__ = [
+    "Stats",
+    "batches_of",
+    "block_inputs",
+    "blocks",
+    "chained",
+    "kernel_layers",
+    "watch",
+]
 
 
 class _Stop(Exception):
@@ -43,7 +51,7 @@ def blocks(model):
     return [layer for layer in top if kernel_layers(layer)]
 
 
-def _batches(calibration):
+def batches_of(calibration):
     """The model inputs of every calibration batch, as `fit` unpacks `(x, y, w)`."""
     return [keras.utils.unpack_x_y_sample_weight(data)[0] for data in calibration]
 
@@ -95,7 +103,9 @@ def chained(model, found, batches):
     finally:
         for step in reversed(undo):
             step()
-    return firsts, (rests if chain[0] else None)
+    # A block called more than once per batch (shared) breaks the chain too.
+    once = all(len(seen) == len(batches) for seen in rests)
+    return firsts, (rests if chain[0] and once else None)
 
 
 def block_inputs(model, block, batches):

@@ -147,7 +147,7 @@ def prune_oneshot(
 
 def _batches(calibration):
     try:
-        batches = calibrate._batches(calibration)
+        batches = calibrate.batches_of(calibration)
     except TypeError as error:
         raise TypeError(
             "prune_oneshot: calibration must be an iterable of batches (a list of"

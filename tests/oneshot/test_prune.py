@@ -214,3 +214,34 @@ def test_a_failure_midway_puts_every_pruned_kernel_back(monkeypatch):
     for value, weight in zip(before, model.weights):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(weight), value)
     assert all(maskfit.get_mask(layer) is None for layer in model.layers)
+
+
+def test_blocks_with_work_between_them_are_calibrated_on_the_pruned_outputs():
+    """Dense, ReLU, Dense: the second block's input is not the first one's output,
+    so the model runs up to each block; its Wanda norms are those of the ReLU of
+    the pruned first layer's outputs, as computed here in NumPy."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8,))
+    hidden = keras.layers.ReLU()(keras.layers.Dense(16, name="first")(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(4, name="second")(hidden))
+    x = np.random.default_rng(0).normal(size=(2, 32, 8)).astype("float32")
+    first = model.get_layer("first")
+    second = keras.ops.convert_to_numpy(model.get_layer("second").kernel)
+    dense_first = keras.ops.convert_to_numpy(first.kernel)
+    report = maskfit.prune_oneshot(model, list(x), "wanda", sparsity=0.5)
+    assert not report.chained and report.blocks == 2
+    bias = keras.ops.convert_to_numpy(first.bias)
+
+    def wanda_choice(first_kernel):
+        read = np.maximum(x.reshape(-1, 8).astype(np.float64) @ first_kernel + bias, 0)
+        scores = np.abs(second) * np.sqrt((read**2).sum(0))[:, None]
+        chosen = np.zeros(scores.shape, bool)
+        order = np.argsort(scores, axis=0, kind="stable")[:8]
+        np.put_along_axis(chosen, order, True, 0)
+        return chosen
+
+    expected = wanda_choice(keras.ops.convert_to_numpy(first.kernel))
+    keep = maskfit.get_mask(model.get_layer("second")).masks["kernel"]
+    np.testing.assert_array_equal(keep == 0, expected)
+    # Calibrating on the dense first layer's outputs would have chosen otherwise.
+    assert not np.array_equal(wanda_choice(dense_first), expected)
