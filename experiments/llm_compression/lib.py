@@ -176,7 +176,15 @@ def _seed(config, seed, corpus, validation, first):
                          row["perplexity"], row.get("healed_perplexity"))  # fmt: skip
             runs.append(row)
     if first and config.quantize:
-        runs[0]["file_bytes"] = compress.saved_bytes(dense)
+        # A copy: the trained model's file would hold its optimizer's state too.
+        runs[0]["file_bytes"] = compress.saved_bytes(keras_arm.clone(dense, arch, seed))
+    # The dense model given the healing steps too: what healing alone buys.
+    keras_arm.train(dense, heal, optimizer, config.run_eagerly)
+    runs.append(
+        dict(
+            runs[0], target="healed", perplexity=keras_arm.perplexity(dense, validation)
+        )
+    )
     return runs
 
 
