@@ -44,8 +44,11 @@ def test_tiny_run_writes_config_metrics_table_and_figure(tmp_path):
     assert json.loads((tmp_path / "metrics.json").read_text()) == json.loads(
         json.dumps(metrics)
     )
-    dense, *pruned = metrics["runs"]
-    assert dense["method"] == "dense" and dense["file_bytes"] > 0
+    dense, *pruned, dense_healed = metrics["runs"]
+    assert (
+        dense["method"] == dense_healed["method"] == "dense" and dense["file_bytes"] > 0
+    )
+    assert dense_healed["target"] == "healed"
     assert [(r["method"], r["target"]) for r in pruned] == [
         ("magnitude", "60%"),
         ("magnitude", "2:4"),
