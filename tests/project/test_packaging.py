@@ -35,7 +35,12 @@ def test_the_version_is_written_once_and_the_changelog_names_it():
     with open(os.path.join(ROOT, "setup.cfg")) as f:
         assert "version = attr: maskfit.__version__" in f.read()
     with open(os.path.join(ROOT, "CHANGELOG.md")) as f:
-        entries = [line for line in f if line.startswith("## ")]
+        # An "## Unreleased" entry on top gathers what the next release adds.
+        entries = [
+            line
+            for line in f
+            if line.startswith("## ") and line.strip() != "## Unreleased"
+        ]
     assert entries, "CHANGELOG.md has no '## <version> (<date>)' entry"
     assert entries[0].split()[1] == maskfit.__version__, (
         f"CHANGELOG.md's newest entry is {entries[0].strip()!r}; maskfit.__version__"
