@@ -51,7 +51,9 @@ def model_blocks(model, stacks="sequential"):
 
     Raises:
       ValueError: for a model whose graph Keras does not record (a
-        subclassed model), or one without trainable variables.
+        subclassed model), one without trainable variables, or one whose
+        blocks would share a sublayer (two layers called apart that hold
+        the same layer).
     """
     if not _readable(model):
         raise ValueError(
@@ -76,6 +78,7 @@ def model_blocks(model, stacks="sequential"):
             f"Model '{model.name}' has no trainable variables, so there is no"
             " learning rate to decay. Make its layers trainable first."
         )
+    _check_held_once(model, [b.layers for b in blocks])
     return blocks
 
 
@@ -107,6 +110,23 @@ def display_names(model, blocks):
                 outer = parent.get(id(outer))
         found[id(layer)] = name
     return found
+
+
+def _check_held_once(model, blocks):
+    """Refuses blocks whose layers hold a sublayer another block holds too."""
+    owner = {}
+    for layer in (x for block in blocks for x in block):
+        for inner in [layer] + internals.sublayers(layer):
+            if id(inner) in owner and owner[id(inner)] is not layer:
+                raise ValueError(
+                    f"layerwise_decay cannot give the layers of model '{model.name}'"
+                    f" a depth each: layer '{inner.name}' is held by both"
+                    f" '{owner[id(inner)].name}' and '{layer.name}', which the"
+                    " model calls apart, so no block holds it alone. Pass the"
+                    " blocks yourself: layerwise_decay([block_1, ..., head], decay),"
+                    " each a layer or a list of layers, input side first."
+                )
+            owner[id(inner)] = layer
 
 
 def _readable(model):

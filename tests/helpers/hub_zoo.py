@@ -4,8 +4,9 @@
 (2 layers per stack, width 16) and its kind: text, vision, audio,
 encoder-decoder, multimodal. `build(name)` makes it with dropout off and
 returns it with a batch of inputs made from its own input specs. `LEFT_OUT`
-names the backbones not built here and why (presets only, or made of other
-models such as a detector around an image encoder). Checked on keras_hub
+names the backbones not built here and why (made of other models, such as a
+detector around an image encoder); `REFUSED` those built here that
+`layerwise_decay` refuses, with the words its message must hold. Checked on keras_hub
 0.32; a class an older keras_hub lacks is skipped by `available()`.
 """
 
@@ -162,6 +163,21 @@ CONFIGS = {
         dict(stackwise_num_repeats=[1, 2], stackwise_num_filters=[4, 8])
         | dict(image_shape=_IMAGE),
     ),
+    "Gemma4Backbone": ("text", dict(_GQA, head_dim=8, image_size=16)),
+    "Qwen3_5MoeBackbone": (
+        "text",
+        dict(vocabulary_size=50, num_layers=2, num_query_heads=2, head_dim=8)
+        | dict(num_key_value_heads=1, hidden_dim=16, moe_intermediate_dim=8)
+        | dict(shared_expert_intermediate_size=8, num_experts=4, top_k=2)
+        | dict(linear_num_key_heads=2, linear_num_value_heads=2)
+        | dict(linear_key_head_dim=8, linear_value_head_dim=8),
+    ),
+    "VideoPrismBackbone": (
+        "vision",
+        dict(num_frames=2, patch_size=8, hidden_dim=16, intermediate_dim=32)
+        | dict(num_heads=2, num_spatial_layers=2, num_temporal_layers=2)
+        | dict(num_auxiliary_layers=0, image_shape=_IMAGE),
+    ),
     "PaliGemmaBackbone": (
         "multimodal",
         dict(_GQA, head_dim=8, image_size=16, vit_patch_size=8, vit_num_heads=2)
@@ -172,6 +188,14 @@ CONFIGS = {
         _towers(
             ("CLIPVisionEncoder", _CLIP_VISION),
             ("CLIPTextEncoder", _CLIP_TEXT),
+            projection_dim=8,
+        ),
+    ),
+    "MetaCLIP2Backbone": (
+        "multimodal",
+        _towers(
+            ("MetaCLIP2VisionEncoder", _CLIP_VISION),
+            ("MetaCLIP2TextEncoder", _CLIP_TEXT),
             projection_dim=8,
         ),
     ),
@@ -192,15 +216,34 @@ LEFT_OUT = {
         " layers are decoders and necks"
     ),
     "BLIP2Backbone, SAMBackbone, SAM3PromptableConceptBackbone,"
-    " StableDiffusion3Backbone, FluxBackbone, MetaCLIP2Backbone,"
-    " Gemma3nBackbone, Gemma4Backbone, Qwen3_5MoeBackbone, VideoPrismBackbone": (
-        "not in this table yet: composed of several models, or many required"
-        " arguments with no tiny default"
+    " StableDiffusion3Backbone, FluxBackbone": (
+        "not in this table yet: composed of several models (a Q-Former, a"
+        " prompt encoder, a VAE) with no tiny default"
+    ),
+    "Gemma3nBackbone": (
+        "in REFUSED: its embedding processor and its text model hold the same"
+        " sublayers and are called apart"
     ),
     "CSPNetBackbone, DenseNetBackbone, EfficientNetBackbone, HGNetV2Backbone,"
     " MiTBackbone, MobileNetBackbone, MobileNetV5Backbone, XceptionBackbone,"
     " FeaturePyramidBackbone": (
         "convolutional: keras.applications' sweep covers these architectures"
+    ),
+}
+
+
+# Built here, and refused by layerwise_decay with a message naming this.
+REFUSED = {
+    "Gemma3nBackbone": (
+        "text",
+        dict(text_vocab_size=50, text_hidden_size=16, num_hidden_layers=2)
+        | dict(pad_token_id=0, num_attention_heads=2, num_key_value_heads=1)
+        | dict(head_dim=8, intermediate_size=[32, 32], sliding_window=8)
+        | dict(hidden_activation="gelu_approximate", rope_theta=10000.0)
+        | dict(layer_types=["full_attention"] * 2, max_position_embeddings=32)
+        | dict(vocab_size_per_layer_input=50, hidden_size_per_layer_input=4)
+        | dict(altup_num_inputs=2, laurel_rank=4),
+        "is held by both",
     ),
 }
 
@@ -234,7 +277,8 @@ def build(name):
 
     keras.utils.set_random_seed(0)
     cls = getattr(keras_hub.models, name)
-    config = {k: _made(v) for k, v in CONFIGS[name][1].items()}
+    table = CONFIGS if name in CONFIGS else REFUSED
+    config = {k: _made(v) for k, v in table[name][1].items()}
     model = cls(**_quiet(cls, config))
     return model, inputs_for(model, config, lengths=LENGTHS.get(name))
 
@@ -255,7 +299,12 @@ def inputs_for(model, config, batch=2, length=6, lengths=None):
     )
     rng = np.random.default_rng(0)
     specs = model.input
-    named = specs if isinstance(specs, dict) else {"x": specs}
+    if isinstance(specs, dict):
+        named = specs
+    elif isinstance(specs, (list, tuple)):
+        named = {spec.name: spec for spec in specs}
+    else:
+        named = {"x": specs}
     found = {}
     for key, spec in named.items():
         size = (lengths or {}).get(key, length)
@@ -270,7 +319,9 @@ def inputs_for(model, config, batch=2, length=6, lengths=None):
         else:
             value = rng.normal(size=shape).astype("float32")
         found[key] = value
+    if isinstance(specs, (list, tuple)):
+        return [found[spec.name] for spec in specs]
     return found if isinstance(specs, dict) else found["x"]
 
 
-__all__ = ["CONFIGS", "LEFT_OUT", "available", "build", "inputs_for"]
+__all__ = ["CONFIGS", "LEFT_OUT", "REFUSED", "available", "build", "inputs_for"]

@@ -127,17 +127,28 @@ def repeated_blocks(model):
     found, stack = [], [model]
     while stack:
         outer = stack.pop()
-        inner = internals.sublayers(outer, False)
-        counts = {}
-        for layer in inner:
-            if not isinstance(layer, keras.Model) and internals.sublayers(layer, False):
-                counts[type(layer)] = counts.get(type(layer), 0) + 1
-        for layer in inner:
-            if counts.get(type(layer), 0) >= 2 and layer.trainable_weights:
+        inner = _stacked(outer)
+        for layer in internals.sublayers(outer, False):
+            # A stack of stacks (VideoPrism's spatial and temporal encoders,
+            # each holding its blocks): the blocks inside count.
+            if any(x is layer for x in inner) and not _stacked(layer):
                 found.append(layer)
             else:
                 stack.append(layer)
     return sorted(found, key=lambda x: _number(x.name))
+
+
+def _stacked(outer):
+    """The direct sublayers of `outer` of a class it holds twice or more, each a
+    block (holding layers that hold layers: not a decoder layer's two attentions)."""
+    inner = internals.sublayers(outer, False)
+    counts = {}
+    for layer in inner:
+        if not isinstance(layer, keras.Model) and any(
+            internals.sublayers(x, False) for x in internals.sublayers(layer, False)
+        ):
+            counts[type(layer)] = counts.get(type(layer), 0) + 1
+    return [x for x in inner if counts.get(type(x), 0) >= 2 and x.trainable_weights]
 
 
 def stack_of(model, layer):

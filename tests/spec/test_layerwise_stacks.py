@@ -228,9 +228,11 @@ def check_backbone(name):
         for x in backbone.layers
         if "Embedding" in type(x).__name__ and x.trainable_weights
     ]
-    if layers:
-        deepest = max(found[id(x)] for x in layers)
-        assert all(depth > deepest for depth in embeddings), text
+    # An embedding sits between stacks (below the first, or between VideoPrism's
+    # spatial and temporal encoders), never inside one.
+    for depth in embeddings:
+        for seen in by_stack.values():
+            assert all(d < depth for d in seen) or all(d > depth for d in seen), text
     checks.check_sgd_step(model, x, plan)
 
 
@@ -262,3 +264,15 @@ def test_the_step_check_fails_on_a_plan_one_block_off():
     ]
     with pytest.raises(AssertionError, match="at multiplier"):
         checks.check_sgd_step(model, x, shifted)
+
+
+@needs_hub
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(hub_zoo.REFUSED))
+def test_a_backbone_no_block_order_fits_is_refused_by_name(name):
+    backbone, _ = hub_zoo.build(name)
+    model = checks.scalar_model(backbone)
+    with pytest.raises(ValueError, match=hub_zoo.REFUSED[name][2]) as caught:
+        maskfit.layerwise_decay(model, DECAY)
+    assert "Pass the blocks yourself" in str(caught.value)
+    assert all(maskfit.get_mask(x) is None for x in model.layers)
