@@ -72,7 +72,7 @@ def graph_blocks(model, stacks="sequential"):
     inputs, calls, outputs = graphs.calls(model)
     graph = _Graph(inputs, calls, outputs)
     on_path = graph.reaching_outputs()
-    cuts, sources = graph.cuts(on_path)
+    cuts = graph.cuts(on_path)
     ahead = graph.levels(cuts, on_path)
     behind = graph.levels(cuts, on_path, backward=True)
     owner = graph.owning_cut(cuts, on_path)
@@ -112,7 +112,7 @@ def graph_blocks(model, stacks="sequential"):
                 layers.append(operation)
         for layer in layers:
             uses.setdefault(id(layer), []).append(len(blocks))
-        rule = _rule(keys, sources, graph)
+        rule = _rule(keys, cuts, graph)
         if any(k in joined for k in keys):
             rule += " + norms"
         blocks.append(GraphBlock(layers, rule, []))
@@ -173,13 +173,13 @@ def _embedding(layer):
     return any("Embedding" in kind.__name__ for kind in type(layer).__mro__)
 
 
-def _rule(keys, sources, graph):
+def _rule(keys, cuts, graph):
     """Which cut placed a block: every input's, some inputs', or none (the tail)."""
     found = set()
     for key in keys:
         if key is None:
             return "after the last cut"
-        found |= sources[key]
+        found |= cuts[key]
     if len(found) == graph.learned_sources:
         return "cut"
     names = ", ".join(sorted(graph.input_names[-1 - s] for s in found))
@@ -247,7 +247,7 @@ class _Graph:
         return found
 
     def cuts(self, on_path):
-        """`({call: inputs it cuts}, same)`: the cuts of each input, pooled."""
+        """`{call: the inputs it is a cut of}`: the cuts of each input, pooled."""
         sources = sorted({u for i in on_path for u in self.before[i] if u < 0})
         found = {}
         for s in sources:
@@ -258,7 +258,7 @@ class _Graph:
             for i in self._cuts_from(s, reached):
                 found.setdefault(i, set()).add(s)
         self.learned_sources = len(sources)
-        return found, found
+        return found
 
     def _cuts_from(self, s, reached):
         """The calls every path from input `s` to the outputs passes through."""
