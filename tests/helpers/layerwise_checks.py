@@ -127,26 +127,32 @@ def repeated_blocks(model):
     found, stack = [], [model]
     while stack:
         outer = stack.pop()
-        inner = _stacked(outer)
+        inner = _stacked(outer, _composite)
         for layer in internals.sublayers(outer, False):
             # A stack of stacks (VideoPrism's spatial and temporal encoders,
             # each holding its blocks): the blocks inside count.
-            if any(x is layer for x in inner) and not _stacked(layer):
+            if any(x is layer for x in inner) and not _stacked(layer, _nested):
                 found.append(layer)
             else:
                 stack.append(layer)
     return sorted(found, key=lambda x: _number(x.name))
 
 
-def _stacked(outer):
-    """The direct sublayers of `outer` of a class it holds twice or more, each a
-    block (holding layers that hold layers: not a decoder layer's two attentions)."""
+def _composite(layer):
+    return bool(internals.sublayers(layer, False))
+
+
+def _nested(layer):
+    """Holds layers that hold layers (a block; not an attention of projections)."""
+    return any(_composite(x) for x in internals.sublayers(layer, False))
+
+
+def _stacked(outer, kind):
+    """The direct sublayers of `outer` of a class it holds twice or more, each `kind`."""
     inner = internals.sublayers(outer, False)
     counts = {}
     for layer in inner:
-        if not isinstance(layer, keras.Model) and any(
-            internals.sublayers(x, False) for x in internals.sublayers(layer, False)
-        ):
+        if not isinstance(layer, keras.Model) and kind(layer):
             counts[type(layer)] = counts.get(type(layer), 0) + 1
     return [x for x in inner if counts.get(type(x), 0) >= 2 and x.trainable_weights]
 
