@@ -123,9 +123,7 @@ FEATURES = {
     ),
     "backprop_gate": Feature(
         "`OutputMask(..., backprop=True)` (no gradient from frozen units upstream)",
-        _TF,
-        "declare the mask with `backprop=False` (the layer's own frozen entries"
-        " hold on JAX too), or " + _ON_TENSORFLOW,
+        _BOTH,
     ),
 }
 """Every feature by key: its name, its backends and what to use elsewhere."""
