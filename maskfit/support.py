@@ -116,10 +116,8 @@ FEATURES = {
     ),
     "custom_gradient": Feature(
         "`maskfit.custom_gradient`, `maskfit.reduce_to_shape`"
-        " (built on `tf.custom_gradient`)",
-        _TF,
-        "use `jax.custom_vjp` (JAX checks gradient shapes itself), or "
-        + _ON_TENSORFLOW,
+        " (on `tf.custom_gradient` or `jax.custom_gradient`)",
+        _BOTH,
     ),
     "backprop_gate": Feature(
         "`OutputMask(..., backprop=True)` (no gradient from frozen units upstream)",

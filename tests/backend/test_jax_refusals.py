@@ -78,13 +78,6 @@ class _OwnRule(rules.MaskRule):
         ),
         ("exact_backup", lambda: maskfit.ExactBackupAndRestore("/tmp/backup")),
         ("strategies", lambda: maskfit.distribute.make_strategy("default")),
-        ("custom_gradient", lambda: maskfit.reduce_to_shape(np.ones((3, 1)), (1,))),
-        (
-            "custom_gradient",
-            lambda: maskfit.custom_gradient(lambda x: (x, lambda g: g))(
-                np.ones(2, "float32")
-            ),
-        ),
     ],
 )
 def test_a_tensorflow_only_feature_is_refused_at_the_call(feature, call):
