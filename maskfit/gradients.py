@@ -372,7 +372,13 @@ def _call_jax(f, fn_name, inputs, flat_names, static_kwargs):
 
     try:
         return jax.custom_gradient(forward)(*leaves)
-    except jax.errors.UnexpectedTracerError as error:
+    except Exception as error:
+        # JAX 0.5+ raises UnexpectedTracerError; 0.4 a CustomVJPException.
+        closed_over = isinstance(error, jax.errors.UnexpectedTracerError) or (
+            type(error).__name__ == "CustomVJPException"
+        )
+        if not closed_over:
+            raise
         raise ValueError(
             f"{fn_name} reads a value that JAX differentiates without being given"
             " it (most likely a variable it reads itself, such as a layer's"
