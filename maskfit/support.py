@@ -104,10 +104,7 @@ FEATURES = {
         _ON_TENSORFLOW,
     ),
     "exact_backup": Feature(
-        "`maskfit.ExactBackupAndRestore` (resume at the exact step)",
-        _TF,
-        "`keras.callbacks.BackupAndRestore` resumes at epoch boundaries (not"
-        " bit for bit); for an exact resume, " + _ON_TENSORFLOW,
+        "`maskfit.ExactBackupAndRestore` (resume at the exact step)", _BOTH
     ),
     "strategies": Feature(
         "`tf.distribute` strategies (`maskfit.distribute.make_strategy`)",

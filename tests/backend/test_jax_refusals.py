@@ -76,7 +76,6 @@ class _OwnRule(rules.MaskRule):
             "custom_rules",
             lambda: rules.set_rule(keras.layers.Dense(2), _OwnRule()),
         ),
-        ("exact_backup", lambda: maskfit.ExactBackupAndRestore("/tmp/backup")),
         ("strategies", lambda: maskfit.distribute.make_strategy("default")),
     ],
 )
