@@ -1,9 +1,15 @@
-"""A `tf.custom_gradient` that sums each gradient to the shape of its input."""
+"""A custom gradient that sums each gradient to the shape of its input.
+
+On TensorFlow it is a `tf.custom_gradient`; on JAX a `jax.custom_gradient`
+(where every shape is static, so the axes to sum are always known).
+"""
 
 import functools
 import inspect
+import operator
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from maskfit import support
@@ -141,13 +147,18 @@ def reduce_to_shape(grad, shape, name="input"):
     Raises:
       ValueError: If `grad` is not a broadcast of `shape` (see
         `reduction_axes`).
-      NotImplementedError: under a Keras backend other than TensorFlow.
+
+    Under JAX, `grad` is a JAX array and `shape` a static shape (a tuple,
+    or a concrete 1-D integer array).
 
     Example:
-      >>> reduce_to_shape(tf.ones((32, 1)), (1,)).numpy()
+      >>> g = keras.ops.ones((32, 1))
+      >>> keras.ops.convert_to_numpy(reduce_to_shape(g, (1,)))
       array([32.], dtype=float32)
     """
     support.require("custom_gradient", "reduce_to_shape")
+    if _on_jax():
+        return _reduce_static(grad, _static_shape(shape, name), None, name)
     if tf.is_tensor(shape):
         static = tf.get_static_value(shape)
         static_shape = (
@@ -163,8 +174,50 @@ def reduce_to_shape(grad, shape, name="input"):
     return _reduce(grad, shape, None, None, name)
 
 
+def _on_jax():
+    return keras.backend.backend() == "jax"
+
+
+def _static_shape(shape, name):
+    """`shape` as a tuple of ints (JAX's shapes are static)."""
+    try:
+        if isinstance(shape, tf.TensorShape):
+            shape = shape.as_list()
+        elif not isinstance(shape, (tuple, list)):
+            shape = np.asarray(shape).tolist()  # a concrete 1-D array
+        return tuple(operator.index(d) for d in shape)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"reduce_to_shape needs the static shape of {name} under JAX, where"
+            f" every shape is known: pass `x.shape`. Received: shape={shape!r}"
+        ) from None
+
+
+def _reduce_static(grad, shape, dtype, name):
+    """`_reduce` in `keras.ops`, for a static `shape` (JAX)."""
+    if grad is None:
+        return None
+    grad = keras.ops.convert_to_tensor(grad)
+    own = keras.backend.standardize_dtype(grad.dtype)
+    dtype = own if dtype is None else keras.backend.standardize_dtype(dtype)
+    if not dtype.startswith(("float", "bfloat", "complex")):
+        return None  # an integer input gets no gradient (a zero one under JAX)
+    if own.startswith("float") and dtype.startswith("float"):
+        if np.dtype(dtype).itemsize > np.dtype(own).itemsize:
+            grad = keras.ops.cast(grad, dtype)  # summed in the wider type
+    leading, stretched = reduction_axes(grad.shape, shape, name)
+    if leading:
+        grad = keras.ops.sum(grad, axis=leading)
+    if stretched:
+        axes = [a - len(leading) for a in stretched]
+        grad = keras.ops.sum(grad, axis=axes, keepdims=True)
+    return keras.ops.cast(grad, dtype)
+
+
 def _to_tensor(value):
-    """Reads variables so `tf.custom_gradient` sees them as plain inputs."""
+    """Reads variables so the custom gradient sees them as plain inputs."""
+    if isinstance(value, keras.Variable) and _on_jax():
+        return value.value  # in a stateless scope, the value it maps to
     if isinstance(value, (keras.Variable, tf.Variable)):
         # A keras.Variable argument would otherwise also be watched as a captured
         # variable in eager mode, and its gradient counted twice.
@@ -284,6 +337,66 @@ def custom_gradient(f):
             return y, backward
 
         forward.__name__ = fn_name
+        if _on_jax():
+            return _call_jax(f, fn_name, inputs, flat_names, static_kwargs)
         return tf.custom_gradient(forward)(*inputs)
 
     return wrapper
+
+
+def _call_jax(f, fn_name, inputs, flat_names, static_kwargs):
+    """`custom_gradient`'s call on JAX: a `jax.custom_gradient` over the leaves."""
+    import jax  # only under KERAS_BACKEND=jax
+
+    leaves = tf.nest.flatten(inputs)
+
+    def forward(*leaves):
+        y, grad_fn = f(*tf.nest.pack_sequence_as(inputs, leaves), **static_kwargs)
+        _check_no_variables(grad_fn, fn_name)
+
+        def rule(upstream):
+            grads = tf.nest.flatten(grad_fn(*tf.nest.flatten(upstream)))
+            if len(grads) != len(leaves):
+                raise ValueError(
+                    f"The gradient function of {fn_name} returned {len(grads)}"
+                    f" gradients for its {len(leaves)} inputs"
+                    f" ({', '.join(flat_names)}). Return one per input (None for"
+                    " an input without one)."
+                )
+            return tuple(
+                _reduce_static(g, tuple(x.shape), x.dtype, f"{label} of {fn_name}")
+                for g, x, label in zip(grads, leaves, flat_names)
+            )
+
+        return y, rule
+
+    try:
+        return jax.custom_gradient(forward)(*leaves)
+    except Exception as error:
+        # JAX 0.5+ raises UnexpectedTracerError; 0.4 a CustomVJPException.
+        closed_over = isinstance(error, jax.errors.UnexpectedTracerError) or (
+            type(error).__name__ == "CustomVJPException"
+        )
+        if not closed_over:
+            raise
+        raise ValueError(
+            f"{fn_name} reads a value that JAX differentiates without being given"
+            " it (most likely a variable it reads itself, such as a layer's"
+            " weight inside `fit`); a custom gradient on JAX sees only its"
+            " arguments. Pass every variable it reads as an argument, e.g."
+            f" `{fn_name}(x, self.kernel)`. JAX said: {error}"
+        ) from error
+
+
+def _check_no_variables(grad_fn, fn_name):
+    """Raises when `grad_fn` needs `variables=`, which JAX cannot give it."""
+    params = inspect.signature(grad_fn).parameters
+    wanted = params.get("variables")
+    if wanted is not None and wanted.default is inspect.Parameter.empty:
+        raise TypeError(
+            f"The gradient function of {fn_name} requires `variables`, the"
+            " variables the function reads without being given them, which"
+            " only TensorFlow records. Under JAX pass every variable it reads"
+            " as an argument (its gradient is then one of grad_fn's results),"
+            " or give `variables` a default of None."
+        )

@@ -45,10 +45,9 @@ class Scale(keras.layers.Layer):
     """Multiplies its input by a learnable `scale` weight.
 
     The gradient is written with `maskfit.custom_gradient`, and is a worked
-    example of it: see `_scale` in this module. On another Keras backend
-    (JAX) the layer multiplies plainly and the backend differentiates it:
-    the same gradient, and a model saved with the layer loads and trains
-    on either backend.
+    example of it: see `_scale` in this module. It runs on TensorFlow and
+    JAX alike, and a model saved with the layer loads and trains on either
+    backend.
 
     Args:
       shape: Shape of `scale`. `None` (default) gives one scale per feature,
@@ -112,10 +111,9 @@ class Scale(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        if keras.backend.backend() != "tensorflow":
-            return inputs * keras.ops.cast(self.scale, inputs.dtype)
         # The variable goes in as an argument; custom_gradient reads it into a
-        # tensor first, so eager mode does not count its gradient twice.
+        # tensor first (so TensorFlow's eager mode does not count its gradient
+        # twice, and JAX differentiates it as an input).
         return _scale(inputs, self.scale)
 
     def compute_output_shape(self, input_shape):

@@ -104,10 +104,7 @@ FEATURES = {
         _ON_TENSORFLOW,
     ),
     "exact_backup": Feature(
-        "`maskfit.ExactBackupAndRestore` (resume at the exact step)",
-        _TF,
-        "`keras.callbacks.BackupAndRestore` resumes at epoch boundaries (not"
-        " bit for bit); for an exact resume, " + _ON_TENSORFLOW,
+        "`maskfit.ExactBackupAndRestore` (resume at the exact step)", _BOTH
     ),
     "strategies": Feature(
         "`tf.distribute` strategies (`maskfit.distribute.make_strategy`)",
@@ -116,16 +113,12 @@ FEATURES = {
     ),
     "custom_gradient": Feature(
         "`maskfit.custom_gradient`, `maskfit.reduce_to_shape`"
-        " (built on `tf.custom_gradient`)",
-        _TF,
-        "use `jax.custom_vjp` (JAX checks gradient shapes itself), or "
-        + _ON_TENSORFLOW,
+        " (on `tf.custom_gradient` or `jax.custom_gradient`)",
+        _BOTH,
     ),
     "backprop_gate": Feature(
         "`OutputMask(..., backprop=True)` (no gradient from frozen units upstream)",
-        _TF,
-        "declare the mask with `backprop=False` (the layer's own frozen entries"
-        " hold on JAX too), or " + _ON_TENSORFLOW,
+        _BOTH,
     ),
 }
 """Every feature by key: its name, its backends and what to use elsewhere."""

@@ -1,4 +1,9 @@
-"""Tests for maskfit.gradients."""
+"""Tests for maskfit.gradients, on TensorFlow and (where marked) JAX.
+
+The gradient checks go through `grads`, which takes them with a
+`tf.GradientTape` on TensorFlow and `jax.grad` on JAX; `run` runs a check
+eagerly or compiled (`tf.function`, with or without XLA; `jax.jit`).
+"""
 
 import hypothesis
 import keras
@@ -7,16 +12,40 @@ import pytest
 import tensorflow as tf
 from hypothesis import strategies as st
 
+import maskfit
 from maskfit.gradients import custom_gradient, reduce_to_shape, reduction_axes
 
-MODES = ["eager", "graph", "jit"]
+BACKEND = keras.backend.backend()
+MODES = ["eager", "graph", "jit"] if BACKEND == "tensorflow" else ["eager", "jit"]
+BOTH = pytest.mark.backends("tensorflow", "jax")
 
 
 def run(fn, mode):
-    """Runs `fn()` eagerly, in a tf.function, or XLA-compiled."""
+    """Runs `fn()` eagerly, in a tf.function, or XLA-compiled (`jax.jit` on JAX)."""
     if mode == "eager":
         return fn()
+    if BACKEND == "jax":
+        import jax
+
+        return jax.jit(fn)()
     return tf.function(fn, jit_compile=(mode == "jit"))()
+
+
+def grads(fn, args, wrt):
+    """d sum(fn(*args)) / d args[i] for each i in `wrt`, on either backend."""
+    if BACKEND == "jax":
+        import jax
+
+        def loss(*values):
+            return keras.ops.sum(fn(*values))
+
+        return list(jax.grad(loss, argnums=tuple(wrt))(*args))
+    args = [tf.convert_to_tensor(a) for a in args]
+    with tf.GradientTape() as tape:
+        for arg in args:
+            tape.watch(arg)
+        loss = tf.reduce_sum(fn(*args))
+    return tape.gradient(loss, [args[i] for i in wrt])
 
 
 @custom_gradient
@@ -54,17 +83,19 @@ def grad_of(fn, *args, target):
         ((5, 3), (5, 3), (), False),  # already right
     ],
 )
+@BOTH
 def test_reduce_to_shape_matches_hand_sum(grad_shape, shape, axes, keep):
-    grad = tf.random.stateless_normal(grad_shape, seed=(1, 2))
+    grad = np.random.default_rng(2).normal(size=grad_shape).astype("float32")
     if keep is None:  # Combo: drop axis 0, keep axes 1 and 2.
-        want = tf.reduce_sum(tf.reduce_sum(grad, 0), (0, 1), keepdims=True)
+        want = grad.sum(0).sum((0, 1), keepdims=True)
     else:
-        want = tf.reduce_sum(grad, axes, keepdims=keep)
-    got = reduce_to_shape(grad, shape)
+        want = grad.sum(axes, keepdims=keep)
+    got = reduce_to_shape(keras.ops.convert_to_tensor(grad), shape)
     assert tuple(got.shape) == shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@BOTH
 def test_reduction_axes_reports_leading_and_stretched():
     assert reduction_axes((32, 4, 3), (1, 3)) == ((0,), (1,))
     assert reduction_axes((4, 3), (4, 3)) == ((), ())
@@ -79,6 +110,7 @@ def broadcast_pairs(draw):
     return tuple(shape), tuple(leading + stretched)
 
 
+@BOTH
 @hypothesis.settings(max_examples=40, deadline=None)
 @hypothesis.given(broadcast_pairs(), st.integers(0, 2**31 - 1))
 def test_reduce_to_shape_property(pair, seed):
@@ -89,11 +121,12 @@ def test_reduce_to_shape_property(pair, seed):
         i for i, (g, d) in enumerate(zip(want.shape, shape)) if d == 1 and g != 1
     )
     want = want.sum(axis=stretched, keepdims=True)
-    got = reduce_to_shape(tf.constant(grad), shape)
+    got = reduce_to_shape(keras.ops.convert_to_tensor(grad), shape)
     assert tuple(got.shape) == shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@BOTH
 @hypothesis.settings(max_examples=20, deadline=None)
 @hypothesis.given(st.lists(st.integers(2, 4), min_size=1, max_size=3), st.data())
 def test_reduce_to_shape_rejects_conflicts_property(shape, data):
@@ -147,39 +180,43 @@ def test_reduce_to_shape_accepts_a_shape_tensor():
 # Errors.
 
 
-def test_irreducible_gradient_names_argument_and_shapes():
+@BOTH
+@pytest.mark.parametrize("mode", MODES)
+def test_irreducible_gradient_names_argument_and_shapes(mode):
     @custom_gradient
     def bad(x, s):
         def grad_fn(upstream):
-            return upstream * s, tf.ones((4, 3))
+            return upstream * s, keras.ops.ones((4, 3))
 
         return x * s, grad_fn
 
-    s = tf.Variable([1.0, 1.0])
+    args = (np.ones((4, 1), "float32"), np.ones(2, "float32"))
     with pytest.raises(ValueError) as err:
-        grad_of(bad, tf.ones((4, 1)), s, target=s)
+        run(lambda: grads(bad, args, wrt=[1]), mode)
     message = str(err.value)
     assert "argument 's' of bad" in message
     assert "(4, 3)" in message and "(2,)" in message
     assert "axis 1 has size 3 in the gradient but 2" in message
 
 
+@BOTH
 def test_too_low_rank_gradient_is_an_error():
     with pytest.raises(ValueError, match=r"has shape \(3,\).*rank 2"):
-        reduce_to_shape(tf.ones((3,)), (1, 3), name="argument 'w'")
+        reduce_to_shape(keras.ops.ones((3,)), (1, 3), name="argument 'w'")
 
 
+@BOTH
 def test_varargs_are_named_by_position():
     @custom_gradient
     def prod(*xs):
         def grad_fn(upstream):
-            return upstream, tf.ones((5, 5))
+            return upstream, keras.ops.ones((5, 5))
 
         return xs[0] * xs[1], grad_fn
 
-    b = tf.Variable([1.0, 2.0])
+    args = (np.ones((3, 2), "float32"), np.array([1.0, 2.0], "float32"))
     with pytest.raises(ValueError, match=r"argument 1 \(in \*xs\)"):
-        grad_of(prod, tf.ones((3, 2)), b, target=b)
+        grads(prod, args, wrt=[1])
 
 
 def test_captured_variable_is_named_in_error():
@@ -247,42 +284,144 @@ def test_captured_variables_are_reduced_and_mapped_by_identity(mode):
     np.testing.assert_allclose(got_x, np.full((3, 2), [3.0, 6.0]))
 
 
+@BOTH
 @pytest.mark.parametrize("mode", MODES)
 def test_none_gradients_pass_through(mode):
     @custom_gradient
     def f(x, s):
         return x * s, lambda upstream: (upstream * s, None)
 
-    s = tf.Variable([1.0])
-    got = run(lambda: grad_of(f, tf.ones((3, 1)), s, target=[s])[0], mode)
-    assert got is None
+    args = (np.ones((3, 1), "float32"), np.ones(1, "float32"))
+    (got,) = run(lambda: grads(f, args, wrt=[1]), mode)
+    if BACKEND == "tensorflow":
+        assert got is None
+    else:  # JAX has no None gradient: it is zero
+        np.testing.assert_array_equal(got, [0.0])
 
 
-# Dtypes.
-
-
+@BOTH
 @pytest.mark.parametrize("mode", MODES)
 def test_gradients_are_cast_to_input_dtype(mode):
     @custom_gradient
     def f(x, s):
         def grad_fn(upstream):
-            wrong = tf.float32 if x.dtype == tf.float16 else tf.float16
-            return tf.cast(upstream * s, wrong), tf.cast(upstream * x, wrong)
+            wrong = "float32" if x.dtype == "float16" else "float16"
+            return (
+                keras.ops.cast(upstream * s, wrong),
+                keras.ops.cast(upstream * x, wrong),
+            )
 
         return x * s, grad_fn
 
-    x16 = tf.ones((4, 1), tf.float16)
-    s32 = tf.Variable([1.0])
+    def cast_in(x, s):
+        return f(x, keras.ops.cast(s, "float16"))
 
-    def grads():
-        with tf.GradientTape() as tape:
-            tape.watch(x16)
-            loss = tf.reduce_sum(f(x16, tf.cast(s32, tf.float16)))
-        return tape.gradient(loss, [x16, s32])
-
-    gx, gs = run(grads, mode)
-    assert gx.dtype == tf.float16 and gs.dtype == tf.float32
+    args = (np.ones((4, 1), "float16"), np.ones(1, "float32"))
+    gx, gs = run(lambda: grads(cast_in, args, wrt=[0, 1]), mode)
+    assert keras.backend.standardize_dtype(gx.dtype) == "float16"
+    assert keras.backend.standardize_dtype(gs.dtype) == "float32"
     np.testing.assert_array_equal(gs, [4.0])
+
+
+@BOTH
+def test_a_float16_gradient_of_a_float32_input_is_summed_in_float32():
+    @custom_gradient
+    def f(x, s):
+        def grad_fn(upstream):
+            return upstream * s, keras.ops.full((4096, 1), 30.0, "float16")
+
+        return x * s, grad_fn
+
+    args = (np.ones((4096, 1), "float32"), np.ones(1, "float32"))
+    (gs,) = grads(f, args, wrt=[1])  # 122880 overflows float16 (max 65504)
+    np.testing.assert_array_equal(gs, [4096 * 30.0])
+
+
+class SeedLayer(keras.layers.Layer):
+    """The seed's layer, with `maskfit.custom_gradient` in place of TensorFlow's."""
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(
+            name="scale",
+            shape=(1,),
+            initializer=keras.initializers.Constant(2.0),
+            trainable=True,
+        )
+
+    def call(self, inputs):
+        return scaler(inputs, self.scale)
+
+
+@BOTH
+@pytest.mark.parametrize("mode", MODES)
+def test_the_seed_layer_learns_its_scale_in_fit(mode):
+    """The seed: a (1,) scale whose hand-written gradient has the batch's shape."""
+    compiled = {"eager": dict(run_eagerly=True), "graph": {}}.get(
+        mode, dict(jit_compile=True)
+    )
+    inputs = keras.Input((1,))
+    layer = SeedLayer()
+    model = maskfit.MaskedModel(inputs, layer(inputs))
+    model.compile(loss="mse", optimizer=keras.optimizers.SGD(0.05), **compiled)
+    x = np.full((64, 1), 2.0, "float32")
+    model.fit(x, x * 2.5, batch_size=16, epochs=5, verbose=0)
+    assert tuple(layer.scale.shape) == (1,)
+    np.testing.assert_allclose(layer.scale.numpy(), [2.5], atol=1e-3)
+
+
+@pytest.mark.backends("jax")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_keras_variable_argument_is_differentiated_as_fit_does_on_jax(mode):
+    # Keras's JAX trainer maps each variable to a traced value in a
+    # StatelessScope; an argument that is the variable reads that value.
+    import jax
+
+    s = keras.Variable([3.0])
+    x = np.full((2, 1), 2.0, "float32")
+
+    def loss(value):
+        with keras.StatelessScope(state_mapping=[(s, value)]):
+            return keras.ops.sum(scaler(x, s))
+
+    got = run(lambda: jax.grad(loss)(keras.ops.convert_to_tensor([3.0])), mode)
+    np.testing.assert_array_equal(got, [4.0])
+
+
+@pytest.mark.backends("jax")
+def test_a_variable_read_inside_is_refused_with_what_to_do_on_jax():
+    import jax
+
+    w = keras.Variable(3.0)
+
+    @custom_gradient
+    def reads_w(x):
+        return x * w, lambda upstream: (upstream * w,)
+
+    def loss(value):
+        with keras.StatelessScope(state_mapping=[(w, value)]):
+            return keras.ops.sum(reads_w(keras.ops.ones(2)))
+
+    with pytest.raises(ValueError, match=r"reads_w reads a value .* as an argument"):
+        jax.grad(loss)(keras.ops.convert_to_tensor(3.0))
+
+
+@pytest.mark.backends("jax")
+def test_a_gradient_function_that_needs_variables_is_refused_on_jax():
+    @custom_gradient
+    def f(x):
+        def grad_fn(upstream, variables):
+            return upstream, []
+
+        return x * 2.0, grad_fn
+
+    with pytest.raises(TypeError, match=r"requires `variables`.*as an argument"):
+        grads(f, (np.ones(2, "float32"),), wrt=[0])
+
+
+@pytest.mark.backends("jax")
+def test_reduce_to_shape_needs_a_static_shape_on_jax():
+    with pytest.raises(ValueError, match=r"static shape of input.*x\.shape"):
+        reduce_to_shape(keras.ops.ones((2, 3)), [None, 3])
 
 
 def test_float16_gradient_is_summed_in_float32():

@@ -18,7 +18,7 @@ import keras
 from maskfit import internals
 from maskfit.apply import _pairs_to_variables
 from maskfit.backend import jax_rules
-from maskfit.spec import declare, rules, version
+from maskfit.spec import declare, gate, rules, version
 from maskfit.step import stateless
 
 __all__ = [
@@ -35,16 +35,22 @@ _IN_STEP_ATTR = "_maskfit_jax_in_step"  # (masks, selected) while a step traces
 
 
 def _flatten(masks):
-    return (masks.tables, masks.boundaries), (
+    gate_values = tuple((table, boundaries) for _, table, boundaries in masks.gates)
+    gate_layers = tuple(layer for layer, _, _ in masks.gates)
+    return (masks.tables, masks.boundaries, gate_values), (
         masks.positions,
         masks.scales,
         masks.count,
+        gate_layers,
     )
 
 
 def _unflatten(aux, children):
-    positions, scales, count = aux
-    return stateless.StatelessMasks(positions, children[0], children[1], scales, count)
+    positions, scales, count, gate_layers = aux
+    gates = tuple((layer, *values) for layer, values in zip(gate_layers, children[2]))
+    return stateless.StatelessMasks(
+        positions, children[0], children[1], scales, count, gates
+    )
 
 
 jax.tree_util.register_pytree_node(stateless.StatelessMasks, _flatten, _unflatten)
@@ -52,7 +58,7 @@ jax.tree_util.register_pytree_node(stateless.StatelessMasks, _flatten, _unflatte
 
 def _refuse_tensorflow_only(model, layer_specs):
     """Raises for what the JAX step does not run: rules other than magnitude
-    pruning (`maskfit.backend.jax_rules`), `backprop=True`."""
+    pruning (`maskfit.backend.jax_rules`)."""
     from maskfit.pruning.rule import MagnitudePruning  # imports maskfit.backend
 
     for layer, rule in rules.layer_rules(model):
@@ -65,14 +71,6 @@ def _refuse_tensorflow_only(model, layer_specs):
             " KERAS_BACKEND=tensorflow, or remove the rule with"
             " maskfit.spec.rules.set_rule(layer, None)."
         )
-    for layer, spec in layer_specs:
-        if spec.backprop:
-            raise NotImplementedError(
-                f"Layer '{layer.name}' carries {spec!r} with backprop=True, which"
-                " maskfit runs on the TensorFlow backend only; this process runs"
-                " Keras on JAX. Declare the mask with backprop=False, or train"
-                " with KERAS_BACKEND=tensorflow."
-            )
 
 
 def model_masks(model, variables=None):
@@ -108,22 +106,24 @@ def train_step(model, state, data):
         metrics_values,
     ) = state
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-    grad_fn = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
-    (_, aux), gradients = grad_fn(
-        trainable_values,
-        non_trainable_values,
-        metrics_values,
-        x,
-        y,
-        sample_weight,
-        training=True,
-        optimizer_variables=optimizer_values,
-    )
-    (unscaled_loss, y_pred, non_trainable_values, metrics_values) = aux
-
     in_step = _step_masks(model)
     masks = model_masks(model) if in_step is None else in_step[0]
     variables = model.trainable_variables
+    # Backprop gates (`OutputMask(..., backprop=True)`) read the mask in force.
+    step = stateless.optimizer_step(model.optimizer, optimizer_values)
+    grad_fn = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
+    with gate.using(stateless.select_gates(masks, step)):
+        (_, aux), gradients = grad_fn(
+            trainable_values,
+            non_trainable_values,
+            metrics_values,
+            x,
+            y,
+            sample_weight,
+            training=True,
+            optimizer_variables=optimizer_values,
+        )
+    (unscaled_loss, y_pred, non_trainable_values, metrics_values) = aux
 
     def mask(gradients, selected):
         previous = _step_masks(model)
@@ -239,7 +239,8 @@ def make_train_function(model, force=False):
         if host[1] is not None:
             if fresh or counter[0] is None:
                 counter[0] = _iterations(model.optimizer, state[2])
-            state, masks = host[1].before_step(state, masks, counter[0])
+            state, ruled = host[1].before_step(state, masks, counter[0])
+            masks = ruled._replace(gates=masks.gates)  # the backprop gates
             counter[0] += 1
         logs, returned[0] = step(state, data, masks)
         return logs, returned[0]

@@ -10,8 +10,13 @@ import tensorflow as tf
 from maskfit import support
 from maskfit.backup import files, input_order, state
 from maskfit.internals import data as internals
+from maskfit.internals import jax_trainer as jax_internals
 
 __all__ = ["ExactBackupAndRestore"]
+
+
+def _on_jax():
+    return keras.backend.backend() == "jax"
 
 
 class _Resume:
@@ -64,7 +69,6 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
 
     Raises:
       ValueError: an argument is invalid.
-      NotImplementedError: under a Keras backend other than TensorFlow.
 
     Example:
 
@@ -85,7 +89,7 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
         double_checkpoint=False,
         delete_checkpoint=True,
     ):
-        support.require("exact_backup")
+        support.require("exact_backup")  # on every backend maskfit runs on
         super().__init__()
         backup_dir = _checked_arguments(
             backup_dir, save_freq, double_checkpoint, delete_checkpoint
@@ -110,6 +114,11 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
         self._expected = False  # whether fit announced the next call
         self._epoch_rng = None
         self._resume = None
+
+    @property
+    def _unsynced(self):
+        """The model, without `self.model`'s sync of the JAX state (each step)."""
+        return jax_internals.callback_model(self)
 
     # --- fit's hooks
 
@@ -143,14 +152,21 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
         resume = self._resume
         if resume is not None and resume.rng_pending:
             resume.rng_pending = False
-            internals.set_initial_epoch(self.model, None)
+            internals.set_initial_epoch(self._unsynced, None)
             state.restore_rng(resume.backup)
+        if resume is not None and resume.metrics_pending and _on_jax():
+            # JAX's fit reads them into the state it passes to the first call:
+            # restored after it reset them, before that. (TensorFlow's first
+            # call restores them, after Keras built its compiled metrics.)
+            resume.metrics_pending = not state.restore_metrics(
+                self._unsynced, resume.backup
+            )
         self._epoch_rng = state.rng_state()
 
     def on_train_batch_begin(self, batch, logs=None):
         self._begin = batch
         self._expected = True
-        if self.model.train_function is not self._wrapper:
+        if self._unsynced.train_function is not self._wrapper:
             self._install()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -169,10 +185,10 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
         self._save(epoch + 1, 0, self._position if kept else 0, None, state.rng_state())
 
     def on_train_end(self, logs=None):
-        if self.model.train_function is self._wrapper:
-            _set_train_function(self.model, self._inner)
+        if self._unsynced.train_function is self._wrapper:
+            _set_train_function(self._unsynced, self._inner)
         if self._resume is not None and self._resume.rng_pending:
-            internals.set_initial_epoch(self.model, None)
+            internals.set_initial_epoch(self._unsynced, None)
         self._start(self._spe, None)
         if self.delete_checkpoint and os.path.isdir(self.backup_dir):
             shutil.rmtree(self.backup_dir)
@@ -181,7 +197,7 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
 
     def _install(self):
         """Wraps `model.train_function` (again, after Keras or maskfit made a new one)."""
-        current = self.model.train_function
+        current = self._unsynced.train_function
         if current is not None and current is self._wrapper:
             return
         # A wrapper left by a fit that an exception ended: wrap what it wrapped.
@@ -189,18 +205,24 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
             current = current._exact_backup._inner
         self._inner = current
 
-        def train_function(iterator):
-            return self._call(iterator)
+        def train_function(*args):
+            return self._call(*args)
 
         train_function._exact_backup = self
         self._wrapper = train_function
-        _set_train_function(self.model, train_function)
+        _set_train_function(self._unsynced, train_function)
 
-    def _call(self, iterator):
+    def _call(self, *args):
+        """One call of the train function: `(iterator)`, or `(state, iterator)` on JAX.
+
+        Under JAX the state (weights, optimizer, metrics, seeds) is passed in
+        and returned; a skipped call returns it as it came.
+        """
+        iterator = args[-1]
         if not self._expected:
             # Not a call of this callback's fit (train_on_batch, or a fit that
             # an exception ended): straight through.
-            return self._call_inner(iterator)
+            return self._call_inner(*args)
         self._expected = False
         resume = self._resume
         if resume is not None and resume.first_call:
@@ -218,27 +240,28 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
             self._trained = False
             _take(iterator, self._spe, partial=True)
             self._position += self._spe
-            return resume.logs
+            return resume.logs if len(args) == 1 else (resume.logs, args[0])
         self._trained = True
-        logs = self._call_inner(iterator)
+        returned = self._call_inner(*args)
         self._position += self._spe
-        return logs
+        return returned
 
-    def _call_inner(self, iterator):
+    def _call_inner(self, *args):
         inner = self._inner
         # While it runs, the model shows its own function: maskfit's may make
         # a new one and call it in its place.
-        _set_train_function(self.model, inner)
+        model = self._unsynced
+        _set_train_function(model, inner)
         try:
-            return inner(iterator)
+            return inner(*args)
         finally:
-            if self.model.train_function is not inner:
-                self._inner = self.model.train_function
-            _set_train_function(self.model, self._wrapper)
+            if model.train_function is not inner:
+                self._inner = model.train_function
+            _set_train_function(model, self._wrapper)
 
     def _finish_restore(self, resume, iterator):
         """Restores what `on_train_begin` could not: an unbuilt model, metrics."""
-        model = self.model
+        model = self._unsynced
         if resume.model_pending:
             internals.symbolic_build(model, iterator.element_spec)
             state.restore_model(model, resume.backup)
@@ -265,7 +288,7 @@ class ExactBackupAndRestore(keras.callbacks.Callback):
     # --- backups
 
     def _save(self, epoch, steps_done, position, logs, rng):
-        model = self.model
+        model = self.model  # under JAX, reading it syncs the state into it
         progress = {
             "epoch": epoch,
             "steps_done": steps_done,

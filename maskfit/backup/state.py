@@ -15,6 +15,7 @@ A backup folder holds:
   taken from the data iterator, and the logs of the last step.
 """
 
+import contextlib
 import json
 import os
 import random
@@ -159,7 +160,9 @@ def restore_model(model, backup):
     """Loads the weights, optimizer variables and seed states of `backup` into `model`."""
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None and not optimizer.built:
-        with model.distribute_strategy.scope():
+        # Under a tf.distribute strategy, in its scope (JAX has none).
+        strategy = getattr(model, "distribute_strategy", None)
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
             optimizer.build(model.trainable_variables)
     seeds = _seed_states(model)
     if len(seeds) != backup.progress["seeds"]:

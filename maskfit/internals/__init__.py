@@ -14,7 +14,8 @@ missing, and the versions it was checked on, in one of five modules:
 - `graphs`: a functional or Sequential model's layer calls and their
   arguments (structured pruning's graph, layer-wise depth);
 - `jax_trainer`: Keras's JAX trainer (its metrics update, the function
-  `fit` calls, the state's shardings).
+  `fit` calls, the state's shardings, a callback's model without the sync
+  of the trainer's state).
 
 Each module lists its members in its `PRIVATE_MEMBERS` (where, member, what
 it is for), says in its docstring the releases it checked them on, and

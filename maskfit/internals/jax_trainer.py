@@ -1,9 +1,12 @@
 """Private members of Keras's JAX trainer that maskfit's JAX backend calls.
 
-Checked on Keras 3.15.1 with JAX 0.10.2.
+And the one a callback needs under that trainer (`callback_model`). Checked
+on Keras 3.15.1 with JAX 0.10.2 (`Callback._model` on Keras 3.10.0 too).
 """
 
 import importlib
+
+import keras
 
 _TRAINER = "keras.src.backend.jax.trainer"
 
@@ -23,6 +26,14 @@ PRIVATE_MEMBERS = (
         " `fit` calls, running `steps_per_execution` steps; the masked train"
         " function is wrapped the same way.",
     ),
+    (
+        "keras.callbacks.Callback",
+        "_model",
+        "the model a callback was given, read without `Callback.model`, which"
+        " under JAX writes the trainer's state into the model's variables"
+        " (`jax_state_sync`) on every read: the exact backup reads the model at"
+        " every step and needs the state written only when it backs up.",
+    ),
 )
 
 # Read where the Keras release has it, and not required: Keras 3.10 (the
@@ -37,6 +48,11 @@ OPTIONAL_MEMBERS = (
         " (with its check that the state's shardings agree).",
     ),
 )
+
+
+def callback_model(callback):
+    """The model of `callback`, without syncing the JAX trainer's state into it."""
+    return callback._model
 
 
 def update_metrics_variables(model, metrics_values, loss, x, y, y_pred, sample_weight):
@@ -79,4 +95,9 @@ def missing_members():
         trainer = importlib.import_module(_TRAINER).JAXTrainer
     except ImportError:
         return []
-    return [(w, m) for w, m, _ in PRIVATE_MEMBERS if not hasattr(trainer, m)]
+    callback = keras.callbacks.Callback()
+    return [
+        (w, m)
+        for w, m, _ in PRIVATE_MEMBERS
+        if not hasattr(callback if w == "keras.callbacks.Callback" else trainer, m)
+    ]

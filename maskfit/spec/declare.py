@@ -60,9 +60,8 @@ def set_mask(layer, spec):
 def restore_mask(layer, spec):
     """Stores a checked `spec` on `layer` (what `set_mask` and loading share).
 
-    Loading does not ask the backend: a file saved under TensorFlow with a
-    `backprop=True` mask loads under JAX (the gate passes JAX arrays through)
-    and is refused when `fit` starts.
+    Loading does not ask the backend: a file saved with a `backprop=True`
+    mask loads and trains under either backend (`maskfit.spec.gate`).
     """
     internals.set_untracked(layer, _SPEC_ATTR, spec)
     _masked.add(layer)

@@ -5,16 +5,22 @@
 layer's output units into the layers upstream, along the output's unit axis. `install` wraps the layer's `call` once; the gate reads
 the mask in force (the step's mask state, once planned: `set_values`), so a
 schedule switches it with the mask. The forward value is unchanged.
+
+On TensorFlow the gate is a `tf.custom_gradient`; on JAX a `jax.custom_vjp`
+(the same rule), and the JAX step gives each gate the mask in force at its
+optimizer step, selected inside the compiled step (`using`).
 """
 
+import contextlib
 import functools
 
+import keras
 import tensorflow as tf
 
 from maskfit import internals
 from maskfit.units import layout, probe
 
-__all__ = ["install", "set_values"]
+__all__ = ["install", "set_values", "using"]
 
 _ORIGINAL_CALL_ATTR = "_maskfit_original_call"
 _VALUES_ATTR = "_maskfit_gate_values"
@@ -33,9 +39,54 @@ def _gate(outputs, values):
     return tf.identity(outputs), grad
 
 
+_jax_gate = []  # the jax.custom_vjp gate, made on first use under JAX
+
+
+def _gate_jax(outputs, values):
+    """`_gate` on JAX: identity forward, the same gradient rule."""
+    if not _jax_gate:
+        import jax  # only under KERAS_BACKEND=jax
+        import jax.numpy as jnp
+
+        @jax.custom_vjp
+        def gate(outputs, values):
+            return outputs
+
+        def forward(outputs, values):
+            return outputs, values
+
+        def backward(values, upstream):
+            gated = jnp.where(values > 0, upstream * values, jnp.zeros_like(upstream))
+            return gated, jnp.zeros_like(values)
+
+        gate.defvjp(forward, backward)
+        _jax_gate.append(gate)
+    return _jax_gate[0](outputs, keras.ops.cast(values, outputs.dtype))
+
+
 def set_values(layer, values):
     """Makes `layer`'s gate read `values` (e.g. the step's mask variable)."""
     internals.set_untracked(layer, _VALUES_ATTR, values)
+
+
+@contextlib.contextmanager
+def using(layer_values):
+    """While active, each `(layer, values)`'s gate reads `values`.
+
+    The JAX step's way in: `values` are the mask in force at the step,
+    selected inside the compiled step; outside it each gate reads its
+    layer's spec again (or what `set_values` gave it).
+    """
+    previous = [
+        (layer, getattr(layer, _VALUES_ATTR, None)) for layer, _ in layer_values
+    ]
+    for layer, values in layer_values:
+        set_values(layer, values)
+    try:
+        yield
+    finally:
+        for layer, values in previous:
+            set_values(layer, values)
 
 
 def install(layer, spec_of):
@@ -63,28 +114,43 @@ def _gate_outputs(layer, spec, outputs):
     if not getattr(spec, "backprop", False) or probe.is_probing():
         return outputs
     flat = tf.nest.flatten(outputs)
-    if not any(isinstance(y, tf.Tensor) for y in flat):
+    on_jax = keras.backend.backend() == "jax"
+    if on_jax:
+        import jax  # only under KERAS_BACKEND=jax
+
+        is_value = functools.partial(_is_instance, kinds=jax.Array)
+        gate = _gate_jax
+    else:
+        is_value = functools.partial(_is_instance, kinds=tf.Tensor)
+        gate = _gate
+    if not any(is_value(y) for y in flat):
         return outputs  # a symbolic (functional) call
     segments = layout.output_segments(layer)
     values = getattr(layer, _VALUES_ATTR, None)
-    values = tf.convert_to_tensor(spec.values if values is None else values)
+    values = keras.ops.convert_to_tensor(spec.values if values is None else values)
     if spec.scale == "step":
         # Other values scale the unit's learning rate, not what flows upstream.
-        values = tf.cast(tf.not_equal(values, 0), values.dtype)
+        values = keras.ops.cast(keras.ops.not_equal(values, 0), values.dtype)
     gated = []
     for i, y in enumerate(flat):
         segment = segments[i] if i < len(segments) else None
-        if segment is None or not isinstance(y, tf.Tensor):
+        if segment is None or not is_value(y):
             gated.append(y)
             continue
-        gated.append(_gate(y, _values_along(layer, y, segment, values, spec.units)))
+        gated.append(gate(y, _values_along(layer, y, segment, values, spec.units)))
     return tf.nest.pack_sequence_as(outputs, gated)
+
+
+def _is_instance(value, kinds):
+    return isinstance(value, kinds)
 
 
 def _values_along(layer, output, segment, values, units_count):
     """The slice of `values` that `output` carries, shaped along its unit axis."""
     axis, start, stop = segment
-    rank = output.shape.rank
+    rank = getattr(output.shape, "rank", None)
+    if rank is None and not isinstance(output.shape, tf.TensorShape):
+        rank = len(output.shape)  # a JAX array's shape, a tuple
     if rank is None or not -rank <= axis < rank:
         raise ValueError(
             f"OutputMask(backprop=True) on layer '{layer.name}' gates the output's"
@@ -104,4 +170,4 @@ def _values_along(layer, output, segment, values, units_count):
         end = start + tf.shape(output)[axis]
     shape = [1] * rank
     shape[axis] = -1
-    return tf.reshape(values[start:end], shape)
+    return keras.ops.reshape(values[start:end], shape)

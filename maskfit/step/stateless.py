@@ -41,7 +41,9 @@ __all__ = [
     "StatelessMasks",
     "mask_gradients",
     "masks_for",
+    "optimizer_step",
     "select",
+    "select_gates",
     "stateless_apply",
     "stateless_masks",
 ]
@@ -49,7 +51,9 @@ __all__ = [
 
 class StatelessMasks(
     collections.namedtuple(
-        "StatelessMasks", ["positions", "tables", "boundaries", "scales", "count"]
+        "StatelessMasks",
+        ["positions", "tables", "boundaries", "scales", "count", "gates"],
+        defaults=((),),
     )
 ):
     """The declared masks of a list of variables, as arrays.
@@ -67,6 +71,8 @@ class StatelessMasks(
       scales: per masked variable, what values other than 0 and 1 scale:
         `"step"` (the learning rate) or `"gradient"`.
       count: how many variables the list has.
+      gates: per `OutputMask(..., backprop=True)`, `(layer, table, boundaries)`:
+        its gate's `(intervals, units)` values (the layer is structure).
 
     Example:
 
@@ -74,7 +80,7 @@ class StatelessMasks(
     >>> masks = StatelessMasks((1,), (np.ones((1, 3), bool),),
     ...                        (np.zeros((0,), np.int32),), ("step",), 2)
     >>> masks.structure
-    ((1,), ('step',), 2, ((1, 3),), ('bool',))
+    ((1,), ('step',), 2, ((1, 3),), ('bool',), ())
     """
 
     @property
@@ -82,7 +88,8 @@ class StatelessMasks(
         """What a compiled step depends on; values of this structure need no retrace."""
         shapes = tuple(tuple(t.shape) for t in self.tables)
         dtypes = tuple(keras.backend.standardize_dtype(t.dtype) for t in self.tables)
-        return (self.positions, self.scales, self.count, shapes, dtypes)
+        gates = tuple((id(layer), tuple(t.shape)) for layer, t, _ in self.gates)
+        return (self.positions, self.scales, self.count, shapes, dtypes, gates)
 
 
 def _table(mask, i):
@@ -108,11 +115,14 @@ def masks_for(layer_specs, variables):
       ValueError: as `maskfit.step.declared.resolve_declared`.
     """
     declared = declared_lib.resolve_declared(layer_specs, variables)
-    found = {}
+    found, gates = {}, []
     for mask in declared.values():
         boundaries = keras.ops.convert_to_tensor(
             np.asarray(mask.boundaries, np.int32).reshape(-1)
         )
+        if mask.backprop:
+            table = keras.ops.convert_to_tensor(mask.table)
+            gates.append((mask.layer, table, boundaries))
         for i, index in enumerate(mask.indices):
             table = keras.ops.convert_to_tensor(_table(mask, i))
             found[index] = (table, boundaries, mask.scale)
@@ -123,6 +133,7 @@ def masks_for(layer_specs, variables):
         tuple(found[p][1] for p in positions),
         tuple(found[p][2] for p in positions),
         len(variables),
+        tuple(gates),
     )
 
 
@@ -155,17 +166,28 @@ def stateless_masks(model, variables=None):
     return masks_for(declare.masked_layers(model), variables)
 
 
+def _in_force(table, boundaries, step):
+    if boundaries.shape[0] == 0:
+        return table[0]
+    at = keras.ops.reshape(keras.ops.cast(step, "int32"), (1,))
+    interval = keras.ops.searchsorted(boundaries, at, side="right")[0]
+    return keras.ops.take(table, interval, axis=0)
+
+
 def select(masks, step):
     """The mask in force at optimizer `step` (a scalar tensor), per masked variable."""
-    selected = []
-    for table, boundaries in zip(masks.tables, masks.boundaries):
-        if boundaries.shape[0] == 0:
-            selected.append(table[0])
-            continue
-        at = keras.ops.reshape(keras.ops.cast(step, "int32"), (1,))
-        interval = keras.ops.searchsorted(boundaries, at, side="right")[0]
-        selected.append(keras.ops.take(table, interval, axis=0))
-    return selected
+    return [_in_force(t, b, step) for t, b in zip(masks.tables, masks.boundaries)]
+
+
+def select_gates(masks, step):
+    """`[(layer, values)]`: each backprop gate's `(units,)` values in force at `step`."""
+    return [(layer, _in_force(t, b, step)) for layer, t, b in masks.gates]
+
+
+def optimizer_step(optimizer, optimizer_values):
+    """`optimizer.iterations` as it is in `optimizer_values` (a scalar tensor)."""
+    with keras.StatelessScope(list(zip(optimizer.variables, optimizer_values))):
+        return keras.ops.convert_to_tensor(optimizer.iterations)
 
 
 def _keeps(mask):
@@ -333,10 +355,7 @@ def stateless_apply(
     optimizer_values = list(optimizer_values)
     trainable_values = list(trainable_values)
     gradients = list(gradients)
-    mapping = list(zip(optimizer.variables, optimizer_values))
-    with keras.StatelessScope(state_mapping=mapping):
-        step = keras.ops.convert_to_tensor(optimizer.iterations)
-    selected = select(masks, step)
+    selected = select(masks, optimizer_step(optimizer, optimizer_values))
     if mask is None:
         gradients = mask_gradients(masks, selected, gradients)
     else:

@@ -76,15 +76,7 @@ class _OwnRule(rules.MaskRule):
             "custom_rules",
             lambda: rules.set_rule(keras.layers.Dense(2), _OwnRule()),
         ),
-        ("exact_backup", lambda: maskfit.ExactBackupAndRestore("/tmp/backup")),
         ("strategies", lambda: maskfit.distribute.make_strategy("default")),
-        ("custom_gradient", lambda: maskfit.reduce_to_shape(np.ones((3, 1)), (1,))),
-        (
-            "custom_gradient",
-            lambda: maskfit.custom_gradient(lambda x: (x, lambda g: g))(
-                np.ones(2, "float32")
-            ),
-        ),
     ],
 )
 def test_a_tensorflow_only_feature_is_refused_at_the_call(feature, call):
@@ -114,34 +106,6 @@ def test_a_subclass_of_magnitude_pruning_is_a_rule_of_your_own():
     assert rules.get_rule(layer) is None
     rules.set_rule(layer, Declared(schedule))  # it says it runs on JAX
     rules.set_rule(layer, MagnitudePruning(schedule))
-
-
-def test_a_backprop_gate_is_refused_at_set_mask_and_changes_nothing():
-    layer = keras.layers.Dense(2, name="gated")
-    layer.build((None, 4))
-    maskfit.set_mask(layer, maskfit.OutputMask([1, 0]))
-    message = _refused(
-        "backprop_gate",
-        lambda: maskfit.set_mask(layer, maskfit.OutputMask([0, 1], backprop=True)),
-    )
-    assert "set_mask on layer 'gated'" in message
-    assert maskfit.get_mask(layer).values.tolist() == [1.0, 0.0]
-
-
-def test_a_loaded_backprop_gate_is_refused_when_fit_starts():
-    # What loading a file saved under TensorFlow does (spec.config): the mask
-    # is stored, the model predicts, and fit refuses it.
-    from maskfit.spec import declare
-
-    inputs = keras.Input((4,))
-    head = keras.layers.Dense(2, name="head")
-    model = maskfit.MaskedModel(inputs, head(inputs))
-    declare.restore_mask(head, maskfit.OutputMask([1, 0], backprop=True))
-    x = np.ones((4, 4), "float32")
-    assert model.predict(x, verbose=0).shape == (4, 2)
-    model.compile(optimizer="sgd", loss="mse")
-    with pytest.raises(NotImplementedError, match="'head'.*backprop=True"):
-        model.fit(x, np.zeros((4, 2), "float32"), verbose=0)
 
 
 def test_what_runs_on_jax_is_not_refused():

@@ -126,7 +126,17 @@ def test_bad_arguments_raise_one_clear_error(kwargs, match):
 # --- resuming inside an epoch
 
 
-@pytest.mark.other_modes_slow  # .ci/run runs eager and jit
+def _modes():
+    """README's command runs one mode of each backend; .ci/run's slow tests the rest
+    (test_exact_resume.py kills and resumes processes in every mode, JAX's too)."""
+    slow = pytest.mark.slow
+    if keras.backend.backend() == "jax":
+        return ["jit", pytest.param("eager", marks=slow)]
+    return ["graph", pytest.param("eager", marks=slow), pytest.param("jit", marks=slow)]
+
+
+@pytest.mark.backends("tensorflow", "jax")
+@pytest.mark.parametrize("mode", _modes(), indirect=True)
 def test_resumes_inside_an_epoch_bit_identical(tmp_path, mode):
     reference = build(**mode)
     expected_history = fit(reference)
@@ -324,7 +334,12 @@ def _warnings_of(tmp_path, unseeded=False, **kwargs):
             ),
             "Python generator",
         ),
-        (lambda: dict(shuffle=True, unseeded=True), "no global seed"),
+        pytest.param(
+            lambda: dict(shuffle=True, unseeded=True),
+            "no global seed",
+            # JAX's trainer shuffles arrays from NumPy's global state (below).
+            marks=pytest.mark.backends("tensorflow"),
+        ),
     ],
 )
 def test_an_input_it_cannot_skip_exactly_warns_once(tmp_path, make_input, match):
@@ -350,6 +365,29 @@ def test_an_input_it_cannot_skip_exactly_warns_once(tmp_path, make_input, match)
 )
 def test_inputs_it_skips_exactly_do_not_warn(tmp_path, kwargs):
     assert _warnings_of(tmp_path, **kwargs) == []
+
+
+@pytest.mark.slow
+@pytest.mark.backends("jax")
+def test_shuffled_arrays_need_no_global_seed_on_jax(tmp_path):
+    """Keras's JAX trainer draws each epoch's permutation from NumPy's global
+    random state, which the backup holds as it was when the epoch began: a
+    process that starts from another state resumes the same batches."""
+    reference = build()
+    np.random.seed(123)
+    fit(reference, shuffle=True)
+    folder = str(tmp_path / "backup")
+    model = build()
+    np.random.seed(123)
+    with pytest.raises(RuntimeError, match="on purpose"):
+        fit(model, [maskfit.ExactBackupAndRestore(folder, 3), Interrupt(17)])
+    model = build()
+    np.random.seed(999)  # what a new process would draw from
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(model, [maskfit.ExactBackupAndRestore(folder, 3)], shuffle=True)
+    assert not [w for w in caught if "ExactBackupAndRestore" in str(w.message)]
+    assert_same(state_of(model), state_of(reference))
 
 
 def _with_generator(dataset):

@@ -6,7 +6,9 @@ with weight decay and a learning-rate schedule, dropout) once without a backup
 callback, and once with `maskfit.ExactBackupAndRestore(save_freq=4)`, killing
 itself inside an epoch, at an epoch's last step and while writing a backup; a
 chain of restarts here brings each case to its end. The single-device runs and
-the MirroredStrategy runs (two logical CPUs) go side by side.
+the MirroredStrategy runs (two logical CPUs) go side by side, and so do the
+script's `JAX_CASES` under KERAS_BACKEND=jax (eager and jitted steps): this
+TensorFlow test starts those processes on JAX, so the slow tests check both.
 """
 
 import importlib.util
@@ -32,21 +34,21 @@ DEADLINE_S = 900
 _spec = importlib.util.spec_from_file_location("exact_resume_run", SCRIPT)
 run_script = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(run_script)
-ALL_CASES = {**run_script.CASES, **run_script.MIRRORED_CASES}
+ALL_CASES = {**run_script.CASES, **run_script.MIRRORED_CASES, **run_script.JAX_CASES}
 
 
 class _Chain:
     """Runs the script, and runs it again each time it was killed, until it ends."""
 
-    def __init__(self, args, restarts):
-        self.args, self.restarts = args, restarts
+    def __init__(self, args, restarts, **env):
+        self.args, self.restarts, self.env = args, restarts, env
         self.outputs, self.process, self.returncode = [], None, None
         self._start()
 
     def _start(self):
         self.process = subprocess.Popen(
             [sys.executable, SCRIPT] + self.args,
-            env=checkout.env(TF_CPP_MIN_LOG_LEVEL="2"),
+            env=checkout.env(TF_CPP_MIN_LOG_LEVEL="2", **self.env),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -91,6 +93,11 @@ def runs(tmp_path_factory):
             ["resume+reference", workdir, "mirrored"],
             restarts=_kills(run_script.MIRRORED_CASES),
         ),
+        "jax": _Chain(
+            ["resume+reference", workdir],
+            restarts=_kills(run_script.JAX_CASES),
+            KERAS_BACKEND="jax",
+        ),
     }
     try:
         deadline = time.monotonic() + DEADLINE_S
@@ -102,7 +109,7 @@ def runs(tmp_path_factory):
             chain.stop()
     for name, chain in chains.items():
         assert chain.returncode == 0, f"{name}:\n{chain.output()[-4000:]}"
-    output = chains["resume"].output() + chains["mirrored"].output()
+    output = "".join(chains[n].output() for n in ("resume", "mirrored", "jax"))
     return workdir, output
 
 

@@ -57,12 +57,12 @@ def test_every_refused_feature_says_what_to_do_instead():
 def test_refusal_names_backend_feature_and_alternative(monkeypatch):
     monkeypatch.setattr(support, "backend", lambda: "jax")
     with pytest.raises(NotImplementedError) as caught:
-        support.require("exact_backup")
+        support.require("strategies")
     message = str(caught.value)
-    assert "ExactBackupAndRestore" in message
+    assert "make_strategy" in message
     assert "'jax' (KERAS_BACKEND=jax)" in message
     assert "it runs on tensorflow" in message
-    assert "keras.callbacks.BackupAndRestore" in message
+    assert "keras.distribution.DataParallel" in message
     support.require("model")  # runs on both: no error
 
 

@@ -12,8 +12,12 @@ lists in `kills` (each once: WORKDIR/<case>.killed records them) and while
 writing the backups of the steps in `write_kills`; the test restarts it until
 it exits with 0. Before each fit with a backup to resume, it prints
 `resuming <case> from <optimizer step> <what the backup folder holds>`.
+
+Under KERAS_BACKEND=jax the cases are `JAX_CASES` (eager and jitted; no
+tf.distribute strategy there); test_exact_resume.py runs them too.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -84,6 +88,26 @@ CASES = {
         "subclassed", "pydataset", True, "graph", [7], [4]
     ),
 }
+# Under JAX: eager ("eager": run_eagerly=True) and jitted steps. The JAX step
+# prunes between compiled calls, so the case with two steps per call trains
+# without pruning (`prune=False`).
+JAX_CASES = {
+    "jax_functional_arrays_shuffled_eager": _case(
+        "functional", "arrays", True, "eager", [13], [12, 20], write_kills=[24]
+    ),
+    "jax_functional_tfdata_shuffled_jit": _case(
+        "functional", "tfdata", True, "jit", [20], [20]
+    ),
+    "jax_sequential_arrays_spe2_jit": _case(
+        "sequential", "arrays", False, "jit", [10], [8], spe=2, prune=False
+    ),
+    "jax_subclassed_pydataset_shuffled_jit": _case(
+        "subclassed", "pydataset", True, "jit", [7], [4]
+    ),
+}
+ON_JAX = keras.backend.backend() == "jax"
+if ON_JAX:
+    CASES = JAX_CASES
 MIRRORED_CASES = {
     "mirrored_functional_arrays_shuffled": _case(
         "functional", "arrays", True, "graph", [13], [12]
@@ -149,15 +173,17 @@ def build(case):
             ],
         ),
     )
-    pruning.prune_low_magnitude(
-        model, pruning_schedule=pruning.PolynomialDecay(**PRUNING)
-    )
+    if case.get("prune", True):
+        pruning.prune_low_magnitude(
+            model, pruning_schedule=pruning.PolynomialDecay(**PRUNING)
+        )
     learning_rate = keras.optimizers.schedules.ExponentialDecay(0.02, 5, 0.8)
     model.compile(
         optimizer=keras.optimizers.AdamW(learning_rate, weight_decay=0.05),
         loss="mse",
         metrics=["mae"],
         jit_compile=case["mode"] == "jit",
+        run_eagerly=case["mode"] == "eager",
         steps_per_execution=case.get("spe", 1),
     )
     return model
@@ -255,9 +281,13 @@ def run_case(name, case, phase, workdir, suffix):
 
 
 def main(phase, workdir, strategy_name="default"):
-    strategy = distribute.make_strategy(
-        strategy_name, logical_devices=2 if strategy_name == "mirrored" else None
-    )
+    if ON_JAX:  # one device, no tf.distribute strategy
+        scope = contextlib.nullcontext
+    else:
+        strategy = distribute.make_strategy(
+            strategy_name, logical_devices=2 if strategy_name == "mirrored" else None
+        )
+        scope = strategy.scope
     cases = MIRRORED_CASES if strategy_name == "mirrored" else CASES
     for each in phase.split("+"):
         suffix = "reference" if each == "reference" else "resumed"
@@ -266,7 +296,7 @@ def main(phase, workdir, strategy_name="default"):
                 continue
             keras.backend.clear_session(free_memory=False)
             keras.utils.set_random_seed(11)
-            with strategy.scope():
+            with scope():
                 run_case(name, case, each, workdir, suffix)
 
 
