@@ -337,9 +337,9 @@ def _checked(group, variables, kept):
 def _updates(group, steps):
     """`rule.should_update` at each of `steps` (int64), as a numpy bool array.
 
-    One compiled TensorFlow call for a rule written with TensorFlow ops;
-    a rule written with `keras.ops` (which cannot be traced by TensorFlow
-    under JAX) is called on each step as a NumPy int64 scalar.
+    One compiled call: TensorFlow's for a rule in TensorFlow ops, JAX's
+    (`vmap`) for one in `keras.ops`; else called on each step as a NumPy
+    int64 scalar.
     """
     rule = group.rule
 
@@ -353,7 +353,11 @@ def _updates(group, steps):
 
     try:
         return every(tf.constant(steps)).numpy()
-    except Exception:  # noqa: BLE001 (not TensorFlow ops: called as documented)
+    except Exception:  # noqa: BLE001 (not TensorFlow ops: keras.ops, say)
+        pass
+    try:  # `keras.ops` on JAX: one compiled call too
+        return np.asarray(jax.jit(jax.vmap(rule.should_update))(steps), bool)
+    except Exception:  # noqa: BLE001 (Python on the step: called one by one)
         return np.array([bool(np.asarray(rule.should_update(s))) for s in steps])
 
 
