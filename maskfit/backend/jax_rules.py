@@ -1,27 +1,24 @@
 """Mask rules in the JAX step: keep masks computed on the host at update steps.
 
-Before the compiled step of optimizer step `s`, where a rule updates
-(`rule.should_update(s)`, read from a table computed once per 1024 steps),
-its `keep_masks` (the very function the TensorFlow step runs) is called
-eagerly on the host with NumPy arrays (the `MaskRule` docstring says what
-it is given), so a rule in TensorFlow ops or in `keras.ops` runs unchanged;
-entries a declared mask freezes are protected, as there. The dropped
-weights are set to +0.0 in the state and the keep masks joined to the
-step's `StatelessMasks`: a dropped entry is frozen, so it and its optimizer
-slots are held bit for bit by every later step. Entries a rule that
-`regrows` keeps again start at +0.0 with a fresh optimizer's state
-(`maskfit.optim.traits.fresh_state`), set in the same update.
+Before the compiled step of optimizer step `s` where a rule updates
+(`should_update`, tabled once per 1024 steps), its `keep_masks` (the
+function the TensorFlow step runs) is called on the host: as a `tf.function`
+when it traces (TensorFlow ops), else eagerly with NumPy arrays (`keras.ops`;
+`MaskRule` says what it is given). Entries a declared mask freezes are
+protected, as there. The dropped weights are set to +0.0 in the state and
+the keep masks joined to the step's `StatelessMasks`: a dropped entry is
+frozen, it and its optimizer slots held bit for bit by every later step.
+Entries a rule that `regrows` keeps again start at +0.0 with a fresh
+optimizer's state (`maskfit.optim.traits.fresh_state`).
 
 A rule that `uses_gradients` (RigL) updates after its step's update, from
-the updated weights and the step's dense gradients: on its update steps
-only, the train function runs a second compiled variant of the step that
-also returns the gradients (of the loss as `optimizer.scale_loss` scaled it,
-not masked). `initial_keep_masks` are applied before the first step (not
-once the model holds keep masks, loaded or computed). The keep masks live
-in the model's lifecycle (`pending_keeps`, by variable key), where saving
-reads them and loading puts them; a rule's `state_variables` are its own
-and saved beside them. Past the rules' last update step nothing runs on the
-host but the step itself.
+the updated weights and the dense gradients (of the loss as
+`optimizer.scale_loss` scaled it, not masked), which a second compiled
+variant of the step returns, run on its update steps only.
+`initial_keep_masks` apply before the first step, unless the model holds
+keep masks. Keep masks live in the model's lifecycle (`pending_keeps`, by
+variable key), where saving reads them and loading puts them. Past the
+rules' last update step nothing runs on the host but the step.
 """
 
 import jax
@@ -67,6 +64,7 @@ class HostRules:
         self._chunk = (None, None)  # (first step, [bool array per group])
         self._started = False
         self._fresh = {}  # position -> [(optimizer value index, fresh value)]
+        self._compiled = {}  # id(rule) -> its keep_masks as a tf.function, or False
 
     def keeps(self):
         """`{position: bool array}`: the keep masks in force (loaded or computed)."""
@@ -104,22 +102,15 @@ class HostRules:
         return any(g.rule.uses_gradients for g in self._due(step))
 
     def after_update(self, state, masks, step, gradients):
-        """The state after the rules that `uses_gradients` updated at `step`.
-
-        Args:
-          state: the state the step at `step` returned (weights updated).
-          masks: the step's declared `StatelessMasks` (without keep masks).
-          step: the optimizer step before that step's update (an int).
-          gradients: the step's dense gradients, one per trainable variable.
-        """
+        """The state the step at `step` returned, after the rules that
+        `uses_gradients` updated from its `gradients` (one per variable);
+        `masks` are the declared ones (without keep masks)."""
         due = [g for g in self._due(step) if g.rule.uses_gradients]
         return self._update(due, state, masks, step, gradients) if due else state
 
     def _due(self, step):
-        """The groups whose rule updates at `step`: read from a table of `_CHUNK`
-        steps, each computed once by one compiled call of the rules'
-        `should_update` (microseconds a step instead of an eager call's
-        hundreds)."""
+        """The groups whose rule updates at `step`, from a table of `_CHUNK` steps
+        made by one compiled call of each `should_update`."""
         start = step - step % _CHUNK
         if self._chunk[0] != start:
             steps = np.arange(start, start + _CHUNK, dtype=np.int64)
@@ -163,16 +154,18 @@ class HostRules:
                 current.append(keep)
             own = None
             if group.rule.uses_gradients:
-                own = [_dense(gradients[i]) for i in group.indices]
+                own = [gradients[i] for i in group.indices]
+                own = [None if g is None else np.asarray(g) for g in own]
                 if not all(np.all(np.isfinite(g)) for g in own if g is not None):
                     continue  # a loss-scale overflow: the optimizer skipped it
-            kept = group.rule.keep_masks(
+            kept = self._keep_masks(
+                group,
                 np.int64(step),
                 [self.variables[i] for i in group.indices],
                 weights,
                 protected,
-                keeps=current,
-                gradients=own,
+                current,
+                own,
             )
             kept = _checked(group, self.variables, list(kept))
             for i, keep, guard, old in zip(group.indices, kept, protected, current):
@@ -180,6 +173,27 @@ class HostRules:
                 if group.rule.regrows:
                     grown[i] = new[i] & ~old
         return self._assign(state, new, grown) if new else state
+
+    def _keep_masks(self, group, step, variables, *arrays):
+        """`group.rule.keep_masks`: maskfit's own rules (TensorFlow ops) as one
+        `tf.function` (SET's and RigL's bisections as a graph, not op by op),
+        others called eagerly with the NumPy arrays (tracing could repeat a
+        side effect)."""
+        rule = group.rule
+        if id(rule) not in self._compiled:  # maskfit's rules: positional arguments
+            own = type(rule).__module__.startswith("maskfit.")
+            compiled = tf.function(lambda *a: rule.keep_masks(a[0], variables, *a[1:]))
+            self._compiled[id(rule)] = own and compiled
+        if self._compiled[id(rule)] is not False:
+            try:
+                kept = self._compiled[id(rule)](tf.constant(step), *arrays)
+                return [np.asarray(m) for m in kept]
+            except Exception:  # noqa: BLE001 (not traceable: called eagerly below)
+                self._compiled[id(rule)] = False
+        weights, protected, keeps, gradients = arrays
+        return rule.keep_masks(
+            step, variables, weights, protected, keeps=keeps, gradients=gradients
+        )
 
     def _assign(self, state, new, grown):
         """`state` with keep masks `new` in force: dropped weights +0.0, `grown`
@@ -218,13 +232,12 @@ def refuse(model):
             continue
         raise NotImplementedError(
             f"Layer '{layer.name}' carries the rule {rule!r}, which observes the"
-            " gradients of every training step (observes_gradients, e.g. a"
-            " Taylor importance); maskfit runs such rules in the training step on"
-            " the TensorFlow backend only, and this process runs Keras on JAX."
-            " Train it with KERAS_BACKEND=tensorflow, use a rule that reads the"
-            " weights (an L1/L2 importance) or the gradients of its update steps"
-            " only (uses_gradients), or remove the rule with"
-            " maskfit.spec.rules.set_rule(layer, None)."
+            " gradients of every training step (observes_gradients, e.g. a Taylor"
+            " importance): maskfit runs that on the TensorFlow backend only, and"
+            " this process runs Keras on JAX. Train with KERAS_BACKEND=tensorflow,"
+            " use a rule that reads the weights (an L1/L2 importance) or only its"
+            " update steps' gradients (uses_gradients), or remove the rule"
+            " (maskfit.spec.rules.set_rule(layer, None))."
         )
 
 
@@ -237,14 +250,6 @@ class RuleCalls:
         function runs it, `(state, data, masks)` -> `(logs, state)`, or with
         `gradients` `(logs, state, gradients)` (compiled only when a rule
         that `uses_gradients` first updates).
-
-    Example:
-
-    >>> import keras, maskfit
-    >>> model = maskfit.MaskedSequential([keras.Input((3,)), keras.layers.Dense(2)])
-    >>> calls = RuleCalls(model, compile_step=None)
-    >>> calls(lambda state, data, masks: ({}, state), "state", None, None, True)
-    ({}, 'state')
     """
 
     def __init__(self, model, compile_step):
@@ -306,10 +311,6 @@ def _where(keep, value, other):
     """`where(keep, value, other)` as a JAX array on `value`'s devices."""
     other = jax.numpy.asarray(other, value.dtype)
     return jax.device_put(jax.numpy.where(keep, value, other), value.sharding)
-
-
-def _dense(gradient):
-    return None if gradient is None else np.asarray(gradient)
 
 
 def _checked(group, variables, kept):
