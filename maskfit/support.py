@@ -86,22 +86,25 @@ FEATURES = {
         "under TensorFlow, `tf.distribute.MirroredStrategy`",
     ),
     "structured_rule": Feature(
-        "structured pruning while training (`maskfit.structured.prune_units`),"
-        " Taylor importances",
+        "structured pruning while training (`maskfit.structured.prune_units`)"
+        " with L1/L2, activation or your own weight importances",
+        _BOTH,
+    ),
+    "taylor_importance": Feature(
+        "Taylor importances (`prune_units` or `select_units` with"
+        ' `importance="taylor"`)',
         _TF,
-        "choose the units once with `select_units` (an L1/L2 importance) and"
-        " `shrink`, or " + _ON_TENSORFLOW,
+        "an L1/L2 or activation importance (`ActivationImportance`), or "
+        + _ON_TENSORFLOW,
     ),
     "sparse_training": Feature(
         "dynamic sparse training (`maskfit.sparse`: `sparsify`, `SET`, `RigL`)",
-        _TF,
-        "a static sparse `ElementMask` trains under JAX; for SET or RigL, "
-        + _ON_TENSORFLOW,
+        _BOTH,
     ),
     "custom_rules": Feature(
-        "mask rules of your own (`MaskRule` subclasses, written in TensorFlow ops)",
-        _TF,
-        _ON_TENSORFLOW,
+        "mask rules of your own (`MaskRule` subclasses, in `keras.ops` or"
+        " TensorFlow ops)",
+        _BOTH,
     ),
     "exact_backup": Feature(
         "`maskfit.ExactBackupAndRestore` (resume at the exact step)", _BOTH

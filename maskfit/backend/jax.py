@@ -18,7 +18,7 @@ import keras
 from maskfit import internals
 from maskfit.apply import _pairs_to_variables
 from maskfit.backend import jax_rules
-from maskfit.spec import declare, gate, rules, version
+from maskfit.spec import declare, gate, version
 from maskfit.step import stateless
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
 
 _CACHE_ATTR = "_maskfit_jax_masks"  # (key, StatelessMasks) on the model
 _IN_STEP_ATTR = "_maskfit_jax_in_step"  # (masks, selected) while a step traces
+_CAPTURE_ATTR = "_maskfit_jax_capture"  # a list the step appends its gradients to
 
 
 def _flatten(masks):
@@ -57,20 +58,9 @@ jax.tree_util.register_pytree_node(stateless.StatelessMasks, _flatten, _unflatte
 
 
 def _refuse_tensorflow_only(model, layer_specs):
-    """Raises for what the JAX step does not run: rules other than magnitude
-    pruning (`maskfit.backend.jax_rules`)."""
-    from maskfit.pruning.rule import MagnitudePruning  # imports maskfit.backend
-
-    for layer, rule in rules.layer_rules(model):
-        if type(rule) is MagnitudePruning:
-            continue
-        raise NotImplementedError(
-            f"Layer '{layer.name}' carries the rule {type(rule).__name__}, which"
-            " maskfit runs in the training step on the TensorFlow backend only;"
-            " this process runs Keras on JAX. Train it with"
-            " KERAS_BACKEND=tensorflow, or remove the rule with"
-            " maskfit.spec.rules.set_rule(layer, None)."
-        )
+    """Raises for what the JAX step does not run: rules that observe every
+    step's gradients (`maskfit.backend.jax_rules.refuse`)."""
+    jax_rules.refuse(model)
 
 
 def model_masks(model, variables=None):
@@ -124,6 +114,9 @@ def train_step(model, state, data):
             optimizer_variables=optimizer_values,
         )
     (unscaled_loss, y_pred, non_trainable_values, metrics_values) = aux
+    captured = getattr(model, _CAPTURE_ATTR, None)
+    if captured is not None:  # the variant of the step a rule's update reads
+        captured.append(gradients)
 
     def mask(gradients, selected):
         previous = _step_masks(model)
@@ -168,15 +161,34 @@ def _optimizer_step(optimizer):
     return keras.ops.convert_to_tensor(optimizer.iterations)
 
 
-def _step_with_masks(model):
-    """`model.train_step` as a function of `(state, data, masks)`: what is compiled."""
+def _step_with_masks(model, gradients=False):
+    """`model.train_step` as a function of `(state, data, masks)`: what is compiled.
+
+    With `gradients`, the function returns `(logs, state, gradients)`: the
+    step's dense gradients too (of the loss as `optimizer.scale_loss` scaled
+    it, not masked), for a rule that `uses_gradients`.
+    """
 
     def step(state, data, masks):
+        captured = [] if gradients else None
         internals.set_untracked(model, _IN_STEP_ATTR, (masks, None))
+        internals.set_untracked(model, _CAPTURE_ATTR, captured)
         try:
-            return model.train_step(state, data)
+            logs, state = model.train_step(state, data)
         finally:
             internals.set_untracked(model, _IN_STEP_ATTR, None)
+            internals.set_untracked(model, _CAPTURE_ATTR, None)
+        if not gradients:
+            return logs, state
+        if len(captured) != 1:
+            raise ValueError(
+                f"Model '{model.name}' carries a mask rule that reads the step's"
+                f" gradients (uses_gradients), but its train_step computed"
+                f" gradients {len(captured)} times (expected once, in"
+                " maskfit's train_step). Call super().train_step(state, data)"
+                " once, or remove the rule."
+            )
+        return logs, state, captured[0]
 
     return step
 
@@ -215,16 +227,21 @@ def make_train_function(model, force=False):
     if model.train_function is not None and not force:
         return model.train_function
 
-    step = _step_with_masks(model)
     compiled = not model.run_eagerly and model.jit_compile
-    if compiled:
+
+    def compile_step(gradients):
+        step = _step_with_masks(model, gradients)
+        if not compiled:
+            return step
         out_shardings = None
         if keras.distribution.distribution() is not None:
-            out_shardings = (None, internals.jax_trainer.state_shardings(model))
-        step = jax.jit(step, donate_argnums=0, out_shardings=out_shardings)
+            shardings = internals.jax_trainer.state_shardings(model)
+            out_shardings = (None, shardings, None) if gradients else (None, shardings)
+        return jax.jit(step, donate_argnums=0, out_shardings=out_shardings)
+
+    step = compile_step(False)
+    calls = jax_rules.RuleCalls(model, compile_step)
     returned = [None]  # the state the last call returned
-    host = [None, None]  # (declarations' version, HostRules or None)
-    counter = [None]  # the optimizer step of the next call, on the host
 
     def train_step_with_masks(state, data):
         fresh = state is not returned[0]
@@ -233,45 +250,13 @@ def make_train_function(model, force=False):
         cached = getattr(model, _CACHE_ATTR)
         # The variables cannot change within `fit`: only a declaration can.
         masks = cached[1] if cached[0][0] == version.current() else model_masks(model)
-        if host[0] != version.current():  # a rule set or removed since
-            host[:] = [version.current(), _host_rules(model)]
-            counter[0] = None
-        if host[1] is not None:
-            if fresh or counter[0] is None:
-                counter[0] = _iterations(model.optimizer, state[2])
-            state, ruled = host[1].before_step(state, masks, counter[0])
-            masks = ruled._replace(gates=masks.gates)  # the backprop gates
-            counter[0] += 1
-        logs, returned[0] = step(state, data, masks)
+        logs, returned[0] = calls(step, state, data, masks, fresh)
         return logs, returned[0]
 
     model.train_function = internals.jax_trainer.step_function(
         model, train_step_with_masks
     )
     return model.train_function
-
-
-def _host_rules(model):
-    """The model's `HostRules` (magnitude pruning), or None without rules."""
-    if not rules.layer_rules(model):
-        return None
-    if model.steps_per_execution != 1:
-        raise NotImplementedError(
-            f"Model '{model.name}' prunes by magnitude (prune_low_magnitude) and"
-            f" was compiled with steps_per_execution={model.steps_per_execution};"
-            " on the JAX backend maskfit updates the keep masks between"
-            " compiled steps, so it needs steps_per_execution=1. Compile with"
-            " steps_per_execution=1, or train with KERAS_BACKEND=tensorflow."
-        )
-    return jax_rules.HostRules(model)
-
-
-def _iterations(optimizer, optimizer_values):
-    """The optimizer's `iterations` in a state's optimizer values, on the host."""
-    for variable, value in zip(optimizer.variables, optimizer_values):
-        if variable is optimizer.iterations:
-            return int(value)
-    return 0
 
 
 def _unshared(state):

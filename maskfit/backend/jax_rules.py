@@ -1,16 +1,24 @@
-"""Magnitude pruning in the JAX step: keep masks computed on the host at pruning steps.
+"""Mask rules in the JAX step: keep masks computed on the host at update steps.
 
-Before the compiled step of optimizer step `s`, where a rule updates
-(`rule.should_update(s)`, TF-MOT's schedule evaluated eagerly), the keep
-masks of its variables are computed from the state's weights by the rule's
-own `keep_masks`, the very function the TensorFlow step runs (same ranking,
-ties and sparsity; entries a declared mask freezes are protected, as
-there), the dropped weights set to +0.0 in the state, and the keep masks
-joined to the step's `StatelessMasks`: a dropped entry is frozen, so it and
-its optimizer slots are held bit for bit by every later step. The keep
-masks live in the model's lifecycle (`pending_keeps`, by variable key),
-where saving reads them and loading puts them. After the rules' last update
-step nothing runs on the host but the step itself.
+Before the compiled step of optimizer step `s` where a rule updates
+(`should_update`, tabled once per 1024 steps), its `keep_masks` (the
+function the TensorFlow step runs) is called on the host: as a `tf.function`
+when it traces (TensorFlow ops), else eagerly with NumPy arrays (`keras.ops`;
+`MaskRule` says what it is given). Entries a declared mask freezes are
+protected, as there. The dropped weights are set to +0.0 in the state and
+the keep masks joined to the step's `StatelessMasks`: a dropped entry is
+frozen, it and its optimizer slots held bit for bit by every later step.
+Entries a rule that `regrows` keeps again start at +0.0 with a fresh
+optimizer's state (`maskfit.optim.traits.fresh_state`).
+
+A rule that `uses_gradients` (RigL) updates after its step's update, from
+the updated weights and the dense gradients (of the loss as
+`optimizer.scale_loss` scaled it, not masked), which a second compiled
+variant of the step returns, run on its update steps only.
+`initial_keep_masks` apply before the first step, unless the model holds
+keep masks. Keep masks live in the model's lifecycle (`pending_keeps`, by
+variable key), where saving reads them and loading puts them. Past the
+rules' last update step nothing runs on the host but the step.
 """
 
 import jax
@@ -19,17 +27,19 @@ import tensorflow as tf
 
 from maskfit import paths
 from maskfit.model import training
-from maskfit.spec import rules
+from maskfit.optim import traits
+from maskfit.spec import rules, version
 from maskfit.step import stateless
+from maskfit.step.rules import update as update_lib
 
-__all__ = ["HostRules", "with_keeps"]
+__all__ = ["HostRules", "RuleCalls", "refuse", "with_keeps"]
 
 
 class HostRules:
     """The mask rules of one model's JAX step, run on the host at their update steps.
 
     Args:
-      model: a `MaskedModel` whose rules the JAX backend runs (magnitude pruning).
+      model: a `MaskedModel` whose rules the JAX backend runs.
 
     Example:
 
@@ -52,6 +62,9 @@ class HostRules:
         # (key, joined masks, and what the key's ids are of, kept alive)
         self._joined = (None, None, None, None)
         self._chunk = (None, None)  # (first step, [bool array per group])
+        self._started = False
+        self._fresh = {}  # position -> [(optimizer value index, fresh value)]
+        self._compiled = {}  # id(rule) -> its keep_masks as a tf.function, or False
 
     def keeps(self):
         """`{position: bool array}`: the keep masks in force (loaded or computed)."""
@@ -65,73 +78,271 @@ class HostRules:
 
     def before_step(self, state, masks, step):
         """`(state, masks)` for the compiled step at optimizer step `step` (an int)."""
+        if not self._started:
+            state = self._start(state, masks, step)
         if self.last is None or step <= self.last:
-            state = self._update(state, masks, step)
+            due = [g for g in self._due(step) if not g.rule.uses_gradients]
+            if due:
+                state = self._update(due, state, masks, step, None)
+        return state, self.joined(masks)
+
+    def joined(self, masks):
+        """`masks` with the keep masks in force joined (cached while neither changes)."""
         # `pending_keeps` is a new dict whenever a keep mask changes.
         pending = self.model._maskfit_lifecycle().pending_keeps
         key = (id(masks), id(pending))
         if self._joined[0] != key:
             self._joined = (key, with_keeps(masks, self.keeps()), masks, pending)
-        return state, self._joined[1]
+        return self._joined[1]
+
+    def needs_gradients(self, step):
+        """Whether a rule that `uses_gradients` updates after the step at `step`."""
+        if self.last is not None and step > self.last:
+            return False
+        return any(g.rule.uses_gradients for g in self._due(step))
+
+    def after_update(self, state, masks, step, gradients):
+        """The state the step at `step` returned, after the rules that
+        `uses_gradients` updated from its `gradients` (one per variable);
+        `masks` are the declared ones (without keep masks)."""
+        due = [g for g in self._due(step) if g.rule.uses_gradients]
+        return self._update(due, state, masks, step, gradients) if due else state
 
     def _due(self, step):
-        """The groups whose rule updates at `step`: read from a table of `_CHUNK`
-        steps, each computed once by one compiled call of the rules'
-        `should_update` (microseconds a step instead of an eager call's
-        hundreds)."""
+        """The groups whose rule updates at `step`, from a table of `_CHUNK` steps
+        made by one compiled call of each `should_update`."""
         start = step - step % _CHUNK
         if self._chunk[0] != start:
-            steps = tf.range(start, start + _CHUNK, dtype=tf.int64)
-            self._chunk = (start, [_updates(g.rule, steps) for g in self.groups])
+            steps = np.arange(start, start + _CHUNK, dtype=np.int64)
+            self._chunk = (start, [_updates(g, steps) for g in self.groups])
         return [g for g, due in zip(self.groups, self._chunk[1]) if due[step - start]]
 
-    def _update(self, state, masks, step):
-        due = self._due(step)
-        if not due:
-            return state
-        at = tf.constant(step, tf.int64)
-        trainable = list(state[0])
+    def _frozen(self, masks, step, shapes):
+        """`{position: bool array}`: where the masks in force at `step` freeze entries."""
+        selected = zip(masks.positions, stateless.select(masks, step))
+        return {
+            i: np.broadcast_to(np.asarray(value) == 0, shapes[i])
+            for i, value in selected
+        }
+
+    def _start(self, state, masks, step):
+        """Applies the `initial_keep_masks` of rules that have no keep masks yet."""
+        self._started = True
         keeps = self.keeps()
-        selected = dict(zip(masks.positions, stateless.select(masks, step)))
+        shapes = [tuple(v.shape) for v in self.variables]
+        frozen = self._frozen(masks, step, shapes)
         new = {}
+        for group in self.groups:
+            if any(i in keeps for i in group.indices):
+                continue
+            new.update(update_lib.initial_masks(group, self.variables, frozen) or {})
+        return self._assign(state, new, {}) if new else state
+
+    def _update(self, due, state, masks, step, gradients):
+        keeps = self.keeps()
+        trainable = state[0]
+        frozen = self._frozen(masks, step, [tuple(v.shape) for v in self.variables])
+        new, grown = {}, {}
         for group in due:
             weights, protected, current = [], [], []
             for i in group.indices:
                 value = np.asarray(trainable[i])
                 keep = keeps.get(i, np.ones(value.shape, bool))
-                guard = None
-                if i in selected:
-                    frozen = np.broadcast_to(np.asarray(selected[i]) == 0, value.shape)
-                    guard = tf.constant(frozen & keep)
-                weights.append(tf.constant(value))
+                guard = frozen[i] & keep if i in frozen else None
+                weights.append(value)
                 protected.append(guard)
-                current.append(tf.constant(keep))
-            kept = group.rule.keep_masks(
-                at,
+                current.append(keep)
+            own = None
+            if group.rule.uses_gradients:
+                own = [gradients[i] for i in group.indices]
+                own = [None if g is None else np.asarray(g) for g in own]
+                if not all(np.all(np.isfinite(g)) for g in own if g is not None):
+                    continue  # a loss-scale overflow: the optimizer skipped it
+            kept = self._keep_masks(
+                group,
+                np.int64(step),
                 [self.variables[i] for i in group.indices],
                 weights,
                 protected,
                 current,
+                own,
             )
-            for i, mask in zip(group.indices, kept):
-                new[i] = np.asarray(tf.convert_to_tensor(mask).numpy()) != 0
+            kept = _checked(group, self.variables, list(kept))
+            for i, keep, guard, old in zip(group.indices, kept, protected, current):
+                new[i] = keep if guard is None else keep | guard
+                if group.rule.regrows:
+                    grown[i] = new[i] & ~old
+        return self._assign(state, new, grown) if new else state
+
+    def _keep_masks(self, group, step, variables, *arrays):
+        """`group.rule.keep_masks`: maskfit's own rules (TensorFlow ops) as one
+        `tf.function` (SET's and RigL's bisections as a graph, not op by op),
+        others called eagerly with the NumPy arrays (tracing could repeat a
+        side effect)."""
+        rule = group.rule
+        if id(rule) not in self._compiled:  # maskfit's rules: positional arguments
+            own = type(rule).__module__.startswith("maskfit.")
+            compiled = tf.function(lambda *a: rule.keep_masks(a[0], variables, *a[1:]))
+            self._compiled[id(rule)] = own and compiled
+        if self._compiled[id(rule)] is not False:
+            try:
+                kept = self._compiled[id(rule)](tf.constant(step), *arrays)
+                return [np.asarray(m) for m in kept]
+            except Exception:  # noqa: BLE001 (not traceable: called eagerly below)
+                self._compiled[id(rule)] = False
+        weights, protected, keeps, gradients = arrays
+        return rule.keep_masks(
+            step, variables, weights, protected, keeps=keeps, gradients=gradients
+        )
+
+    def _assign(self, state, new, grown):
+        """`state` with keep masks `new` in force: dropped weights +0.0, `grown`
+        entries +0.0 with a fresh optimizer's state."""
         lifecycle = self.model._maskfit_lifecycle()
         lifecycle.pending_keeps = {
             **lifecycle.pending_keeps,
             **{self.keys[i]: keep for i, keep in new.items()},
         }
+        trainable, optimizer_values = list(state[0]), list(state[2])
         for i, keep in new.items():
-            zero = jax.numpy.zeros((), trainable[i].dtype)
-            value = jax.numpy.where(keep, trainable[i], zero)
-            trainable[i] = jax.device_put(value, trainable[i].sharding)
-        return (trainable,) + tuple(state[1:])
+            kept = keep if i not in grown else keep & ~grown[i]
+            trainable[i] = _where(kept, trainable[i], 0)
+            if i in grown and grown[i].any():
+                for j, value in self._fresh_of(i, optimizer_values):
+                    optimizer_values[j] = _where(~grown[i], optimizer_values[j], value)
+        return (trainable, state[1], optimizer_values) + tuple(state[3:])
+
+    def _fresh_of(self, i, values):
+        """`[(position in the optimizer's values, fresh value)]` of variable `i`."""
+        if i not in self._fresh:
+            optimizer, variable = self.model.optimizer, self.variables[i]
+            position = {id(v): j for j, v in enumerate(optimizer.variables)}
+            self._fresh[i] = [
+                (position[id(target)], value)
+                for target, value in traits.fresh_state(optimizer, variable, values)
+            ]
+        return self._fresh[i]
+
+
+def refuse(model):
+    """Raises for a rule of `model` the JAX step cannot run: one that
+    `observes_gradients` in every step (a Taylor importance)."""
+    for layer, rule in rules.layer_rules(model):
+        if not rule.observes_gradients:
+            continue
+        raise NotImplementedError(
+            f"Layer '{layer.name}' carries the rule {rule!r}, which observes the"
+            " gradients of every training step (observes_gradients, e.g. a Taylor"
+            " importance): maskfit runs that on the TensorFlow backend only, and"
+            " this process runs Keras on JAX. Train with KERAS_BACKEND=tensorflow,"
+            " use a rule that reads the weights (an L1/L2 importance) or only its"
+            " update steps' gradients (uses_gradients), or remove the rule"
+            " (maskfit.spec.rules.set_rule(layer, None))."
+        )
+
+
+class RuleCalls:
+    """The calls of one JAX train function, with the model's rules around them.
+
+    Args:
+      model: the `MaskedModel`.
+      compile_step: `compile_step(gradients)` -> the step as the train
+        function runs it, `(state, data, masks)` -> `(logs, state)`, or with
+        `gradients` `(logs, state, gradients)` (compiled only when a rule
+        that `uses_gradients` first updates).
+    """
+
+    def __init__(self, model, compile_step):
+        self.model = model
+        self.compile_step = compile_step
+        self.version = None  # of the declarations `rules` was read at
+        self.rules = None  # the `HostRules`, or None without rules
+        self.counter = None  # the optimizer step of the next call, on the host
+        self.with_gradients = None
+
+    def __call__(self, step, state, data, masks, fresh):
+        """`(logs, state)` of one call of `step` (`fresh`: a state `fit` made)."""
+        if self.version != version.current():  # a rule set or removed since
+            self.version, self.rules = version.current(), _host_rules(self.model)
+            self.counter = None
+        if self.rules is None:
+            return step(state, data, masks)
+        if fresh or self.counter is None:
+            self.counter = _iterations(self.model.optimizer, state[2])
+        at = self.counter
+        state, joined = self.rules.before_step(state, masks, at)
+        self.counter += 1
+        if not self.rules.needs_gradients(at):
+            return step(state, data, joined)
+        if self.with_gradients is None:
+            self.with_gradients = self.compile_step(True)
+        logs, state, gradients = self.with_gradients(state, data, joined)
+        return logs, self.rules.after_update(state, masks, at, gradients)
+
+
+def _host_rules(model):
+    """The model's `HostRules`, or None without rules."""
+    if not rules.layer_rules(model):
+        return None
+    if model.steps_per_execution != 1:
+        raise NotImplementedError(
+            f"Model '{model.name}' carries mask rules (maskfit.spec.rules: pruning,"
+            " sparse training, unit pruning) and was compiled with"
+            f" steps_per_execution={model.steps_per_execution}; on the JAX"
+            " backend maskfit updates the keep masks between compiled steps, so"
+            " it needs steps_per_execution=1. Compile with steps_per_execution=1,"
+            " or train with KERAS_BACKEND=tensorflow."
+        )
+    return HostRules(model)
+
+
+def _iterations(optimizer, optimizer_values):
+    """The optimizer's `iterations` in a state's optimizer values, on the host."""
+    for variable, value in zip(optimizer.variables, optimizer_values):
+        if variable is optimizer.iterations:
+            return int(value)
+    return 0
 
 
 _CHUNK = 1024
 
 
-def _updates(rule, steps):
-    """`rule.should_update` at each of `steps` (int64), as a numpy bool array."""
+def _where(keep, value, other):
+    """`where(keep, value, other)` as a JAX array on `value`'s devices."""
+    other = jax.numpy.asarray(other, value.dtype)
+    return jax.device_put(jax.numpy.where(keep, value, other), value.sharding)
+
+
+def _checked(group, variables, kept):
+    """A rule's keep masks as bool arrays, one per covered variable, checked."""
+    name = type(group.rule).__name__
+    if len(kept) != len(group.indices):
+        raise ValueError(
+            f"{name}.keep_masks returned {len(kept)} masks for"
+            f" {len(group.indices)} variables; it must return one per variable."
+        )
+    masks = []
+    for i, mask in zip(group.indices, kept):
+        mask = np.asarray(mask)
+        shape = tuple(variables[i].shape)
+        if mask.shape != shape:
+            raise ValueError(
+                f"{name}.keep_masks returned a mask of shape {mask.shape} for"
+                f" variable '{variables[i].path}' of shape {shape}; it must return"
+                " one of the variable's shape (bool, or 0/1 of any dtype)."
+            )
+        masks.append(mask if mask.dtype == bool else mask != 0)
+    return masks
+
+
+def _updates(group, steps):
+    """`rule.should_update` at each of `steps` (int64), as a numpy bool array.
+
+    One compiled call: TensorFlow's for a rule in TensorFlow ops, JAX's
+    (`vmap`) for one in `keras.ops`; else called on each step as a NumPy
+    int64 scalar.
+    """
+    rule = group.rule
 
     @tf.function
     def every(steps):
@@ -141,7 +352,14 @@ def _updates(rule, steps):
             fn_output_signature=tf.bool,
         )
 
-    return every(steps).numpy()
+    try:
+        return every(tf.constant(steps)).numpy()
+    except Exception:  # noqa: BLE001 (not TensorFlow ops: keras.ops, say)
+        pass
+    try:  # `keras.ops` on JAX: one compiled call too
+        return np.asarray(jax.jit(jax.vmap(rule.should_update))(steps), bool)
+    except Exception:  # noqa: BLE001 (Python on the step: called one by one)
+        return np.array([bool(np.asarray(rule.should_update(s))) for s in steps])
 
 
 def with_keeps(masks, keeps):
@@ -179,4 +397,5 @@ def with_keeps(masks, keeps):
         tuple(jax.numpy.asarray(found[p][1]) for p in positions),
         tuple(found[p][2] for p in positions),
         masks.count,
+        masks.gates,
     )

@@ -144,7 +144,7 @@ def _own_state(optimizer, variable):
     ]
 
 
-def fresh_state(optimizer, variable):
+def fresh_state(optimizer, variable, values=None):
     """`[(state variable, fresh value)]` for every per-variable state of `variable`.
 
     The fresh value is what a new optimizer of the same configuration starts
@@ -153,6 +153,14 @@ def fresh_state(optimizer, variable):
     for Adagrad and Ftrl, the variable's own value (0 for an entry that
     grows back) for an EMA average. A value that is the same for every entry
     is kept as a scalar. Call it outside the compiled step.
+
+    Args:
+      optimizer: a built Keras optimizer.
+      variable: one of the variables it was built with.
+      values: None, or the values of `optimizer.variables` (a stateless
+        step's, under JAX, where `fit` leaves the variables without values),
+        read in place of the variables; the state is then given as Keras
+        variables, not their `tf.Variable`s.
 
     Raises:
       ValueError: when a state variable does not have `variable`'s shape
@@ -168,7 +176,7 @@ def fresh_state(optimizer, variable):
             probe = keras.Variable(
                 np.zeros(tuple(variable.shape)), dtype=variable.dtype, trainable=True
             )
-            clone = type(each).from_config(each.get_config())
+            clone = type(each).from_config(_config(each, optimizer, values))
             clone.build([probe])
             fresh = _own_state(clone, probe)
             for state, start in zip(mine, fresh):
@@ -185,8 +193,17 @@ def fresh_state(optimizer, variable):
                 value = np.asarray(keras.ops.convert_to_numpy(start))
                 if value.size and np.all(value == value.flat[0]):
                     value = value.flat[0]
-                found.append((paths.handle(state), value))
+                found.append((state if values else paths.handle(state), value))
     return found
+
+
+def _config(each, optimizer, values):
+    """`each.get_config()`, the variables of `optimizer` read from `values` if given."""
+    if values is None:
+        return each.get_config()
+    mapping = list(zip(optimizer.variables, values))
+    with keras.StatelessScope(state_mapping=mapping):
+        return each.get_config()
 
 
 def zeroable_state(optimizer, variables, positions):

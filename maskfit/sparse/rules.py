@@ -161,8 +161,9 @@ class DynamicSparsity(rules.MaskRule):
         entries = [e for e in self.allocation(layer) if e.sparsity > 0]
         for entry in entries:
             self._covered[id(entry.variable)] = entry
-            handle = paths.handle(entry.variable)
-            self._keys[id(handle)] = (handle, drop_and_grow.variable_key(entry.key))
+            if keras.backend.backend() == "tensorflow":  # its step passes handles
+                handle = paths.handle(entry.variable)
+                self._keys[id(handle)] = (handle, drop_and_grow.variable_key(entry.key))
         return [e.variable for e in entries]
 
     def initial_keep_masks(self, variables, frozen):
@@ -273,8 +274,8 @@ class DynamicSparsity(rules.MaskRule):
         found = self._keys.get(id(variable))
         if found is not None and found[0] is variable:
             return found[1]
-        if isinstance(variable, keras.Variable):
-            return self._key(paths.handle(self._entry(variable).variable))
+        if isinstance(variable, keras.Variable):  # what the JAX step passes
+            return drop_and_grow.variable_key(self._entry(variable).key)
         raise ValueError(
             f"{type(self).__name__} does not cover variable {variable.name!r}:"
             " it covers the variables its variables(layer) returned."

@@ -58,9 +58,29 @@ class MaskRule(ConfigValue, abc.ABC):
     Subclasses say which variables they cover, when they update, and what
     they keep (`keep_mask` per variable, or `keep_masks` for all of them at
     once); the step does the rest (state, zeroing, masking, restoring).
-    `should_update`, `keep_mask(s)` and `observe_gradients` are traced into
-    the compiled step: use TensorFlow ops only. Register subclasses with
-    `keras.saving.register_keras_serializable` so that models save with them.
+    Register subclasses with `keras.saving.register_keras_serializable` so
+    that models save with them.
+
+    Write `should_update` and `keep_mask(s)` with `keras.ops` (or NumPy-
+    compatible code) and the rule runs on both backends:
+
+    - TensorFlow: they are traced into the compiled step and given `tf`
+      tensors (and `tf.Variable`s as `variables`); TensorFlow ops work too.
+    - JAX: they run eagerly on the host, before the step of an update (after
+      it, with the gradients, for `uses_gradients`), and are given NumPy
+      arrays: `step` a NumPy int64 scalar, `weights`, `protected`, `keeps`
+      and `gradients` arrays of the variables' shapes. `variables` are the
+      Keras variables, for their shape, path and identity: read values from
+      `weights` (during `fit` the JAX trainer holds them outside the
+      variables). They may return any array (NumPy, JAX, TensorFlow).
+      `should_update` is evaluated for 1024 steps at a time (one compiled
+      TensorFlow call when it is written in TensorFlow ops), so it must
+      depend on `step` alone. TensorFlow ops work there too (TensorFlow
+      takes NumPy arrays); `observes_gradients` is TensorFlow-only
+      (`maskfit.support.FEATURES`).
+
+    State of the rule's own (`state_variables`) may be `keras.Variable`s or
+    `tf.Variable`s; under JAX it is assigned on the host.
     A rule is its configuration: equal to another of its class with the same
     `get_config()`, printed as the call that makes it (`ConfigValue`).
 
@@ -236,20 +256,21 @@ def set_rule(layer, rule):
         raise TypeError(_NO_KEEP.format(name=cls.__name__))
     if rule is not None:
         support.require(
-            _backend_feature(cls), f"a {cls.__name__} rule on layer '{layer.name}'"
+            _backend_feature(rule), f"a {cls.__name__} rule on layer '{layer.name}'"
         )
     return restore_rule(layer, rule)
 
 
-def _backend_feature(cls):
-    """The `FEATURES` row of a rule class.
+def _backend_feature(rule):
+    """The `FEATURES` row of a rule (its `backend_feature`, which may depend on
+    its configuration, e.g. a unit rule's importance).
 
-    A user's subclass of one of maskfit's rules does not inherit its backends
-    (it may compute masks with TensorFlow ops): it is a rule of its own unless
-    it sets `backend_feature` itself.
+    A user's subclass of one of maskfit's rules does not inherit its backends:
+    it is a rule of its own unless it sets `backend_feature` itself.
     """
+    cls = type(rule)
     if "backend_feature" in cls.__dict__ or cls.__module__.startswith("maskfit."):
-        return cls.backend_feature
+        return rule.backend_feature
     return "custom_rules"
 
 

@@ -72,7 +72,6 @@ def prune_units(
     >>> type(pruned).__name__
     'MaskedSequential'
     """
-    support.require("structured_rule", "prune_units")
     if pruning_schedule is None:
         pruning_schedule = schedules.ConstantSparsity(0.5, begin_step=0)
     rule = unit_rule.UnitPruning(
@@ -83,6 +82,7 @@ def prune_units(
         min_units,
         ignored_layers,
     )
+    support.require(rule.backend_feature, "prune_units")
     _check_model(model, "prune_units")
     masked = conversion.masked_model(model)
     rule.origin = origin_of(model)
@@ -276,7 +276,7 @@ def select_units(
     variables = [each.variable for each in plan.variables]
     accumulated = {}
     if rule.importance.needs_gradients:
-        support.require("structured_rule", "select_units with a Taylor importance")
+        support.require("taylor_importance", "select_units")
         accumulated = _taylor_sums(
             model, variables, rule.importance, data, loss, batch_size
         )

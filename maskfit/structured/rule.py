@@ -87,8 +87,6 @@ class UnitPruning(rules_lib.MaskRule):
     14
     """
 
-    backend_feature = "structured_rule"
-
     def __init__(
         self,
         pruning_schedule,
@@ -116,6 +114,11 @@ class UnitPruning(rules_lib.MaskRule):
     @property
     def observes_gradients(self):
         return self.importance.needs_gradients
+
+    @property
+    def backend_feature(self):
+        """`maskfit.support.FEATURES`' row: Taylor importances run on TensorFlow only."""
+        return "taylor_importance" if self.observes_gradients else "structured_rule"
 
     def plan(self, model):
         """The `UnitPlan` of `model` (its graph built once, while the model is unchanged)."""

@@ -54,16 +54,11 @@ class _OwnRule(rules.MaskRule):
     "feature, call",
     [
         (
-            "sparse_training",
-            lambda: maskfit.sparse.sparsify(_model(), "rigl", sparsity=0.5, t_end=10),
+            "taylor_importance",
+            lambda: pruning.prune_units(_model(), importance="taylor"),
         ),
         (
-            "sparse_training",
-            lambda: rules.set_rule(_model(), maskfit.sparse.SET(0.5, t_end=10)),
-        ),
-        ("structured_rule", lambda: pruning.prune_units(_model())),
-        (
-            "structured_rule",
+            "taylor_importance",
             lambda: pruning.select_units(
                 _model(),
                 0.5,
@@ -72,10 +67,6 @@ class _OwnRule(rules.MaskRule):
                 loss="mse",
             ),
         ),
-        (
-            "custom_rules",
-            lambda: rules.set_rule(keras.layers.Dense(2), _OwnRule()),
-        ),
         ("strategies", lambda: maskfit.distribute.make_strategy("default")),
     ],
 )
@@ -83,29 +74,47 @@ def test_a_tensorflow_only_feature_is_refused_at_the_call(feature, call):
     _refused(feature, call)
 
 
-def test_refused_rule_names_the_layer():
-    layer = keras.layers.Dense(2, name="own")
-    message = _refused("custom_rules", lambda: rules.set_rule(layer, _OwnRule()))
-    assert "a _OwnRule rule on layer 'own'" in message
-    assert rules.get_rule(layer) is None
-
-
-def test_a_subclass_of_magnitude_pruning_is_a_rule_of_your_own():
+def test_rules_of_your_own_and_sparse_training_are_not_refused():
+    # They run on the host at their update steps (maskfit.backend.jax_rules).
     from maskfit.pruning.rule import MagnitudePruning
 
     class Mine(MagnitudePruning):
         pass
 
-    class Declared(MagnitudePruning):
-        backend_feature = "magnitude_pruning"
+    layer = keras.layers.Dense(2, name="own")
+    rules.set_rule(layer, _OwnRule())
+    rules.set_rule(layer, Mine(pruning.ConstantSparsity(0.5, 0)))
+    rules.set_rule(_model(), maskfit.sparse.SET(0.5, t_end=10))
+    maskfit.sparse.sparsify(_model(), "rigl", sparsity=0.5, t_end=10)
+    pruning.prune_units(_model(), importance="l1")
 
-    schedule = pruning.ConstantSparsity(0.5, 0)
-    layer = keras.layers.Dense(2, name="mine")
-    message = _refused("custom_rules", lambda: rules.set_rule(layer, Mine(schedule)))
-    assert "a Mine rule on layer 'mine'" in message
-    assert rules.get_rule(layer) is None
-    rules.set_rule(layer, Declared(schedule))  # it says it runs on JAX
-    rules.set_rule(layer, MagnitudePruning(schedule))
+
+def test_a_taylor_unit_rule_is_refused_at_set_rule_and_changes_nothing():
+    model = _model()
+    rule = pruning.UnitPruning(pruning.ConstantSparsity(0.5, 0), importance="taylor")
+    message = _refused("taylor_importance", lambda: rules.set_rule(model, rule))
+    assert "a UnitPruning rule on layer" in message
+    assert rules.get_rule(model) is None
+
+
+class _Observing(_OwnRule):
+    observes_gradients = True
+
+
+def test_a_rule_that_observes_every_steps_gradients_is_refused_when_fit_starts():
+    inputs = keras.Input((4,))
+    head = keras.layers.Dense(2, name="head")
+    model = maskfit.MaskedModel(inputs, head(inputs))
+    rules.set_rule(head, _Observing())
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((4, 4), "float32")
+    before = [np.array(v) for v in model.get_weights()]
+    with pytest.raises(
+        NotImplementedError, match="'head' carries the rule .*observes the gradients"
+    ):
+        model.fit(x, np.zeros((4, 2), "float32"), verbose=0)
+    for value, after in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(value, after)
 
 
 def test_what_runs_on_jax_is_not_refused():

@@ -37,6 +37,7 @@ def _cnn():
 # Allocation over a model.
 
 
+@pytest.mark.backends("tensorflow", "jax")  # the rule as the JAX step calls it too
 def test_allocate_covers_kernels_in_model_order_at_the_budget():
     model = _cnn()
     entries = sparse.allocate(model, 0.9)
@@ -148,6 +149,7 @@ def test_random_keep_mask_refuses_bad_arguments(kwargs, message):
 # The rules.
 
 
+@pytest.mark.backends("tensorflow", "jax")  # the rule as the JAX step calls it too
 @pytest.mark.parametrize("rule_class", [sparse.SET, sparse.RigL])
 def test_rule_covers_the_sparse_weights_and_starts_from_seeded_masks(rule_class):
     model = _mlp()
@@ -175,6 +177,7 @@ def test_rule_covers_the_sparse_weights_and_starts_from_seeded_masks(rule_class)
         np.testing.assert_array_equal(a, c)
 
 
+@pytest.mark.backends("tensorflow", "jax")  # the rule as the JAX step calls it too
 def test_initial_keep_masks_keep_what_set_mask_freezes():
     model = _mlp()
     rule = sparse.RigL(0.9, t_end=1000, sparsity_distribution="uniform")

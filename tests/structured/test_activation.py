@@ -103,6 +103,7 @@ def test_attention_heads_are_ranked_by_their_output_norm():
     assert small.get_layer("attention").num_heads == 2
 
 
+@pytest.mark.backends("tensorflow", "jax")
 def test_prunes_in_fit_the_units_select_units_chooses(mode):
     x = calibration(32)
     y = np.random.default_rng(3).normal(size=(32, 3)).astype("float32")

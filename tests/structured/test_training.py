@@ -101,6 +101,18 @@ RUNS = [
 ]
 
 
+# Under JAX a compiled step is jitted either way ("graph" would repeat "jit"),
+# and the rule runs on the host in both modes by the same code; an eager JAX
+# step compiles each operation on first use (~40 s here): slow.
+if keras.backend.backend() == "jax":
+    RUNS = [
+        pytest.param(*run, marks=pytest.mark.slow) if run[0] == "eager" else run
+        for run in RUNS
+        if run[0] != "graph"
+    ]
+
+
+@pytest.mark.backends("tensorflow", "jax")
 @pytest.mark.parametrize("mode, name", RUNS, indirect=["mode"])
 def test_removed_units_are_exactly_zero_after_every_step(name, mode):
     schedule = pruning.PolynomialDecay(**SCHEDULE)
@@ -112,7 +124,10 @@ def test_removed_units_are_exactly_zero_after_every_step(name, mode):
     pruned = pruning.prune_units(model, schedule)
     pruned.compile(optimizer=OPTIMIZERS[name](), loss="mse", **mode)
     x, y = data()
-    check = RemovedStayZero(schedule, state=not mode.get("jit_compile"))
+    # Removed entries' optimizer state is 0 in a TensorFlow step outside XLA;
+    # under XLA, and on JAX, it is held as it was (the entries are frozen).
+    zeroed = keras.backend.backend() == "tensorflow" and not mode.get("jit_compile")
+    check = RemovedStayZero(schedule, state=zeroed)
 
     pruned.fit(
         x, y, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=[check]

@@ -18,7 +18,7 @@ from maskfit import internals
 from maskfit.paths import handle
 from maskfit.step import mask_state
 
-__all__ = ["RuleRun", "apply", "start"]
+__all__ = ["RuleRun", "apply", "initial_masks", "start"]
 
 
 def _as_keep(mask):
@@ -280,14 +280,25 @@ def _summed(distribution, gradient):
     return tf.convert_to_tensor(gradient)
 
 
-def start(group, keeps, variables, frozen):
-    """Assigns a rule's `initial_keep_masks` (if any) to its new keep masks."""
+def initial_masks(group, variables, frozen):
+    """A rule's `initial_keep_masks`, checked: `{position: bool array}`, or None.
+
+    Each mask has its variable's shape, and keeps what `frozen` (`{position:
+    bool array}`, where a declared mask freezes entries) freezes. Run on the
+    host, by the TensorFlow step (`start`) and the JAX one
+    (`maskfit.backend.jax_rules`).
+
+    Raises:
+      ValueError: naming the rule, the layer and the variable, when the rule
+        returns another number of masks than it covers variables, or a mask
+        of another shape.
+    """
     covered = [variables[i] for i in group.indices]
     initial = group.rule.initial_keep_masks(
         covered, [frozen.get(i) for i in group.indices]
     )
     if initial is None:
-        return
+        return None
     initial = list(initial)
     if len(initial) != len(covered):
         raise ValueError(
@@ -295,6 +306,7 @@ def start(group, keeps, variables, frozen):
             f" masks for {len(covered)} variables of layer '{group.layer.name}'; it"
             " must return one per variable."
         )
+    masks = {}
     for index, variable, mask in zip(group.indices, covered, initial):
         mask = np.asarray(mask, bool)
         if mask.shape != tuple(variable.shape):
@@ -305,4 +317,12 @@ def start(group, keeps, variables, frozen):
             )
         if frozen.get(index) is not None:
             mask = mask | np.broadcast_to(frozen[index], mask.shape)
+        masks[index] = mask
+    return masks
+
+
+def start(group, keeps, variables, frozen):
+    """Assigns a rule's `initial_keep_masks` (if any) to its new keep masks."""
+    masks = initial_masks(group, variables, frozen)
+    for index, mask in (masks or {}).items():
         keeps[index].assign(mask)
