@@ -46,7 +46,14 @@ from maskfit.spec.recipes import (
 )
 from maskfit.spec.schedule import PiecewiseMask
 from maskfit.step.stateless import StatelessMasks, stateless_apply, stateless_masks
-from maskfit.summary import Summary, SummaryRow, summary
+from maskfit.summary import (
+    MaskMemory,
+    MaskMemoryRow,
+    Summary,
+    SummaryRow,
+    mask_memory,
+    summary,
+)
 from maskfit.units.declaration import SHARED, OutputUnits, units_along
 from maskfit.units.lookup import register_output_units
 
@@ -69,8 +76,11 @@ __all__ = [
     "layerwise_decay",
     "layerwise_depths",
     "LayerwisePlan",
+    "mask_memory",
     "MaskedModel",
     "MaskedSequential",
+    "MaskMemory",
+    "MaskMemoryRow",
     "oneshot",
     "OneShotReport",
     "OutputMask",

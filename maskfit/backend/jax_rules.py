@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import paths
+from maskfit.backend import sharding
 from maskfit.model import training
 from maskfit.spec import rules
 from maskfit.step import stateless
@@ -71,7 +72,8 @@ class HostRules:
         pending = self.model._maskfit_lifecycle().pending_keeps
         key = (id(masks), id(pending))
         if self._joined[0] != key:
-            self._joined = (key, with_keeps(masks, self.keeps()), masks, pending)
+            joined = with_keeps(masks, self.keeps(), values=state[0])
+            self._joined = (key, joined, masks, pending)
         return state, self._joined[1]
 
     def _due(self, step):
@@ -144,8 +146,12 @@ def _updates(rule, steps):
     return every(steps).numpy()
 
 
-def with_keeps(masks, keeps):
+def with_keeps(masks, keeps, values=None):
     """`masks` with the keep masks `{position: bool array}` joined: dropped = frozen.
+
+    With the variables' `values` (the step's state), each table goes from
+    the host straight to the devices, laid out like its variable
+    (`maskfit.backend.sharding.place`).
 
     Example:
 
@@ -173,10 +179,12 @@ def with_keeps(masks, keeps):
         else:
             found[i] = (keep[None], np.zeros((0,), np.int32), "step")
     positions = tuple(sorted(found))
-    return stateless.StatelessMasks(
+    convert = jax.numpy.asarray if values is None else np.asarray
+    joined = stateless.StatelessMasks(
         positions,
-        tuple(jax.numpy.asarray(found[p][0]) for p in positions),
-        tuple(jax.numpy.asarray(found[p][1]) for p in positions),
+        tuple(convert(found[p][0]) for p in positions),
+        tuple(convert(found[p][1]) for p in positions),
         tuple(found[p][2] for p in positions),
         masks.count,
     )
+    return joined if values is None else sharding.place(joined, values)
