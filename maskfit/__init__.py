@@ -27,6 +27,7 @@ from maskfit.apply import apply_gradients
 from maskfit.backup import ExactBackupAndRestore
 from maskfit.gradients import custom_gradient, reduce_to_shape
 from maskfit.kinds import builtin as _builtin_kinds
+from maskfit.memory import MaskMemory, MaskMemoryRow, mask_memory
 from maskfit.model import MaskedModel, MaskedSequential
 from maskfit.oneshot import OneShotReport, prune_oneshot
 from maskfit.spec.declare import get_mask, set_mask
@@ -46,14 +47,7 @@ from maskfit.spec.recipes import (
 )
 from maskfit.spec.schedule import PiecewiseMask
 from maskfit.step.stateless import StatelessMasks, stateless_apply, stateless_masks
-from maskfit.summary import (
-    MaskMemory,
-    MaskMemoryRow,
-    Summary,
-    SummaryRow,
-    mask_memory,
-    summary,
-)
+from maskfit.summary import Summary, SummaryRow, summary
 from maskfit.units.declaration import SHARED, OutputUnits, units_along
 from maskfit.units.lookup import register_output_units
 
