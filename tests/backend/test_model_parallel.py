@@ -124,6 +124,13 @@ def test_frozen_entries_hold_on_every_shard(mlp):
     _check_frozen(mlp)
 
 
+def test_a_mask_set_mid_fit_reaches_the_step_laid_out(mlp):
+    # Set in a callback while `fit` holds the variables' values: placed from
+    # the state's shardings (test_each_mask_is_sharded_like_its_variable).
+    np.testing.assert_array_equal(mlp["given:up__kernel"], mlp["last:up__kernel"])
+    assert not mlp["last:up__kernel"].all()
+
+
 def test_mask_memory_is_each_devices_shard(mlp):
     # 16x32 float32 kernel split 4 ways; its mask as booleans: a quarter of
     # the shard on every device (the whole mask would be 512 bytes).

@@ -8,8 +8,8 @@ JAX fixes its devices when it starts, so the test runs this script with
 It trains a masked model under `keras.distribution.ModelParallel` on a 2x4
 mesh (`batch` x `model`) with AdamW (weight decay moves an unmasked frozen
 entry): `mlp`, four Dense layers split by a hand `LayoutMap`, carrying an
-`ElementMask`, a `PiecewiseMask` of learning-rate multipliers, magnitude
-pruning and an `OutputMask`; `llama`, a tiny keras_hub Llama split by
+`ElementMask` (replaced mid-fit by one that freezes more), a `PiecewiseMask`
+of learning-rate multipliers, magnitude pruning and an `OutputMask`; `llama`, a tiny keras_hub Llama split by
 `LlamaBackbone.get_layout_map`, with `ElementMask`s and `OutputMask`s on its
 first decoder block. It saves, per masked variable and per device, the
 variable's shard before and after, which entries must hold (or be 0), where
@@ -90,7 +90,21 @@ def mlp():
         head.kernel.path: np.broadcast_to(np.array(head_units) == 0, (32, 8)),
         head.bias.path: np.array(head_units) == 0,
     }
-    return model, (x, y), frozen
+    # Mid-fit, a new mask of the same shape on `up` (it freezes more): read
+    # while the variables' values are out of them, laid out from the state's.
+    later = up_keep * _keep((16, 32), 4)
+    callback = _SetMaskAt(3, up, maskfit.ElementMask({"kernel": later}))
+    return model, (x, y), frozen, ([callback], {up.kernel.path: later != 0})
+
+
+class _SetMaskAt(keras.callbacks.Callback):
+    def __init__(self, batch, layer, spec):
+        super().__init__()
+        self.batch, self.layer, self.spec = batch, layer, spec
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.batch:
+            maskfit.set_mask(self.layer, self.spec)
 
 
 def llama():
@@ -131,7 +145,7 @@ def llama():
         "padding_mask": np.ones((n, 8), "int32"),
     }
     y = rng.normal(size=(n, 8, 32)).astype("float32")
-    return model, (x, y), frozen
+    return model, (x, y), frozen, ([], {})
 
 
 def _index(sharding, shape):
@@ -149,7 +163,7 @@ def _shards(variable):
 
 
 def main(kind, out):
-    model, (x, y), frozen = {"mlp": mlp, "llama": llama}[kind]()
+    model, (x, y), frozen, (callbacks, last) = {"mlp": mlp, "llama": llama}[kind]()
     model.compile(
         optimizer=keras.optimizers.AdamW(0.05, weight_decay=0.1),
         loss="mse",
@@ -157,7 +171,15 @@ def main(kind, out):
     )
     variables = {v.path: v for v in model.trainable_variables}
     before = {path: _shards(variables[path]) for path in frozen}
-    history = model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    history = model.fit(
+        x,
+        y,
+        batch_size=BATCH,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=callbacks,
+    )
     masks = jax_backend.given_masks(model)
     memory = maskfit.mask_memory(model, print_fn=print)
     arrays = {"losses": np.array(history.history["loss"])}
@@ -169,6 +191,9 @@ def main(kind, out):
             arrays[f"zero:{key}"] = ~np.asarray(table)[0]
             held = np.zeros(variable.shape, bool)
         arrays[f"frozen:{key}"] = held
+        if path in last:  # the mask set mid-fit, and the one the step was given
+            arrays[f"last:{key}"] = last[path]
+            arrays[f"given:{key}"] = np.asarray(table)[0]
         arrays[f"table_shape:{key}"] = np.array(table.shape)
         replicated = jax.sharding.NamedSharding(
             variable.value.sharding.mesh, jax.sharding.PartitionSpec()
