@@ -142,7 +142,9 @@ def test_mask_memory_is_each_devices_shard(mlp):
         assert mlp[f"mask_bytes:pruned__kernel:{device}"] == 32 * 8
 
 
+# CI's slow leg runs under TensorFlow; the run is a JAX subprocess either way.
 @pytest.mark.slow
+@pytest.mark.backends("tensorflow", "jax")
 def test_llama_masks_follow_its_layout_map(llama):
     keys = _keys(llama)
     assert len(keys) == 4, keys
