@@ -27,6 +27,7 @@ from maskfit.apply import apply_gradients
 from maskfit.backup import ExactBackupAndRestore
 from maskfit.gradients import custom_gradient, reduce_to_shape
 from maskfit.kinds import builtin as _builtin_kinds
+from maskfit.memory import MaskMemory, MaskMemoryRow, mask_memory
 from maskfit.model import MaskedModel, MaskedSequential
 from maskfit.oneshot import OneShotReport, prune_oneshot
 from maskfit.spec.declare import get_mask, set_mask
@@ -69,8 +70,11 @@ __all__ = [
     "layerwise_decay",
     "layerwise_depths",
     "LayerwisePlan",
+    "mask_memory",
     "MaskedModel",
     "MaskedSequential",
+    "MaskMemory",
+    "MaskMemoryRow",
     "oneshot",
     "OneShotReport",
     "OutputMask",

@@ -124,6 +124,55 @@ def _pairs_to_variables(grads, variables):
     return [g for g, _ in items], [v for _, v in items]
 
 
+def _align(grads, variables):
+    """One gradient (or None) per variable, from a list or a dict."""
+    paths = [v.path for v in variables]
+    if not isinstance(grads, dict):
+        if len(grads) != len(variables):
+            raise ValueError(
+                f"apply_gradients received {len(grads)} gradients for"
+                f" {len(variables)} variables. Expected one per variable, in this"
+                f" order: {paths}. Pass None, or use a dict by path, to leave a"
+                " variable out."
+            )
+        return list(grads)
+    aligned = [None] * len(variables)
+    by_id = {id(v): i for i, v in enumerate(variables)}
+    for key, grad in grads.items():
+        if isinstance(key, str):
+            if paths.count(key) != 1:
+                raise ValueError(
+                    f"apply_gradients received a gradient for variable path"
+                    f" '{key}', which names {paths.count(key)} of the variables it"
+                    f" updates (expected 1). Known paths: {paths}."
+                )
+            index = paths.index(key)
+        else:
+            variable = key.deref() if hasattr(key, "deref") else key
+            if id(variable) not in by_id:
+                raise ValueError(
+                    f"apply_gradients received a gradient for variable {key!r},"
+                    f" which is not among the variables it updates: {paths}."
+                )
+            index = by_id[id(variable)]
+        aligned[index] = grad
+    return aligned
+
+
+def _checked(grad, variable):
+    if grad is None:
+        return None
+    value = keras.ops.convert_to_tensor(grad)
+    if tuple(value.shape) != tuple(variable.shape):
+        raise ValueError(
+            f"The gradient for variable '{variable.path}' has shape"
+            f" {tuple(value.shape)}, but the variable has shape"
+            f" {tuple(variable.shape)}. Pass a gradient of shape"
+            f" {tuple(variable.shape)}."
+        )
+    return keras.ops.cast(value, variable.dtype)
+
+
 def _target_for(optimizer, variables):
     """Returns the cached `_Target` for this optimizer and variable list."""
     built = internals.optimizer_built_variables(optimizer) if optimizer.built else None

@@ -1,7 +1,6 @@
 """A custom gradient that sums each gradient to the shape of its input.
 
-On TensorFlow it is a `tf.custom_gradient`; on JAX a `jax.custom_gradient`
-(where every shape is static, so the axes to sum are always known).
+On TensorFlow a `tf.custom_gradient`; on JAX a `jax.custom_gradient` (static shapes).
 """
 
 import functools
@@ -219,8 +218,7 @@ def _to_tensor(value):
     if isinstance(value, keras.Variable) and _on_jax():
         return value.value  # in a stateless scope, the value it maps to
     if isinstance(value, (keras.Variable, tf.Variable)):
-        # A keras.Variable argument would otherwise also be watched as a captured
-        # variable in eager mode, and its gradient counted twice.
+        # Else watched as a captured variable in eager mode: counted twice.
         return tf.convert_to_tensor(value)
     return value
 

@@ -67,7 +67,7 @@ FEATURES = {
         _BOTH,
     ),
     "apply_gradients": Feature("`maskfit.apply_gradients`", _BOTH),
-    "summary": Feature("`maskfit.summary`", _BOTH),
+    "summary": Feature("`maskfit.summary`, `maskfit.mask_memory`", _BOTH),
     "saving": Feature(
         "`save` / `load_model` (a file saved under one backend loads under the other)",
         _BOTH,
@@ -84,6 +84,13 @@ FEATURES = {
         "`keras.distribution.DataParallel`",
         ("jax",),
         "under TensorFlow, `tf.distribute.MirroredStrategy`",
+    ),
+    "model_parallel": Feature(
+        "`keras.distribution.ModelParallel` with a `LayoutMap` (each mask sharded"
+        " like its variable)",
+        ("jax",),
+        "under TensorFlow, `tf.distribute.MirroredStrategy` (each replica holds"
+        " the whole model and its masks)",
     ),
     "structured_rule": Feature(
         "structured pruning while training (`maskfit.structured.prune_units`)"

@@ -9,23 +9,26 @@ from the declarations when they change (`maskfit.spec.version`) and passed
 to the compiled step as an argument: `set_mask` after `compile()` reaches
 the next step without a retrace (a mask of a new shape or kind retraces,
 as any new argument structure does), and a `PiecewiseMask` switches at the
-exact optimizer step inside it.
+exact optimizer step inside it. Under a `keras.distribution` each mask is
+laid out like its variable (`maskfit.backend.sharding`).
 """
 
 import jax
 import keras
 
 from maskfit import internals
-from maskfit.apply import _pairs_to_variables
-from maskfit.backend import jax_rules
+from maskfit.apply import _align, _checked, _pairs_to_variables
+from maskfit.backend import rule_calls, sharding
 from maskfit.spec import declare, gate, version
 from maskfit.step import stateless
 
 __all__ = [
     "apply_grad_masks",
     "apply_gradients",
+    "given_masks",
     "lower_train_step",
     "make_train_function",
+    "mask_memory",
     "model_masks",
     "train_step",
 ]
@@ -33,6 +36,7 @@ __all__ = [
 _CACHE_ATTR = "_maskfit_jax_masks"  # (key, StatelessMasks) on the model
 _IN_STEP_ATTR = "_maskfit_jax_in_step"  # (masks, selected) while a step traces
 _CAPTURE_ATTR = "_maskfit_jax_capture"  # a list the step appends its gradients to
+_GIVEN_ATTR = "_maskfit_jax_given"  # the masks the last compiled step was given
 
 
 def _flatten(masks):
@@ -59,16 +63,18 @@ jax.tree_util.register_pytree_node(stateless.StatelessMasks, _flatten, _unflatte
 
 def _refuse_tensorflow_only(model, layer_specs):
     """Raises for what the JAX step does not run: rules that observe every
-    step's gradients (`maskfit.backend.jax_rules.refuse`)."""
-    jax_rules.refuse(model)
+    step's gradients (`maskfit.backend.rule_calls.refuse`)."""
+    rule_calls.refuse(model)
 
 
-def model_masks(model, variables=None):
+def model_masks(model, variables=None, values=None):
     """The `StatelessMasks` of a model's variables, read again only after a change.
 
     Args:
       model: a Keras model (masks declared anywhere in it).
       variables: the variables, in order; `model.trainable_variables` by default.
+      values: their values (the step's state), whose shardings the masks
+        take; the variables' own by default.
     """
     variables = list(model.trainable_variables if variables is None else variables)
     key = (version.current(), tuple(id(v) for v in variables))
@@ -77,7 +83,9 @@ def model_masks(model, variables=None):
         return cached[1]
     layer_specs = declare.masked_layers(model)
     _refuse_tensorflow_only(model, layer_specs)
-    masks = stateless.masks_for(layer_specs, variables)
+    masks = stateless.masks_for(layer_specs, variables, host=True)
+    values = [v.value for v in variables] if values is None else values
+    masks = sharding.place(masks, values, [v.path for v in variables])
     internals.set_untracked(model, _CACHE_ATTR, (key, masks))
     return masks
 
@@ -209,7 +217,7 @@ def lower_train_step(model, state, data):
     Returns:
       A `jax.stages.Lowered`.
     """
-    masks = model_masks(model)
+    masks = model_masks(model, values=state[0])
     return jax.jit(_step_with_masks(model), donate_argnums=0).lower(state, data, masks)
 
 
@@ -240,8 +248,9 @@ def make_train_function(model, force=False):
         return jax.jit(step, donate_argnums=0, out_shardings=out_shardings)
 
     step = compile_step(False)
-    calls = jax_rules.RuleCalls(model, compile_step)
+    calls = rule_calls.RuleCalls(model, compile_step)
     returned = [None]  # the state the last call returned
+    given = [None]  # the masks the last call was given
 
     def train_step_with_masks(state, data):
         fresh = state is not returned[0]
@@ -249,14 +258,49 @@ def make_train_function(model, force=False):
             state = _unshared(state)
         cached = getattr(model, _CACHE_ATTR)
         # The variables cannot change within `fit`: only a declaration can.
-        masks = cached[1] if cached[0][0] == version.current() else model_masks(model)
+        if cached[0][0] == version.current():
+            masks = cached[1]
+        else:
+            masks = model_masks(model, values=state[0])
         logs, returned[0] = calls(step, state, data, masks, fresh)
+        if calls.given is not given[0]:  # what `mask_memory` reports
+            given[0] = calls.given
+            internals.set_untracked(model, _GIVEN_ATTR, (version.current(), given[0]))
         return logs, returned[0]
 
     model.train_function = internals.jax_trainer.step_function(
         model, train_step_with_masks
     )
     return model.train_function
+
+
+def given_masks(model):
+    """The `StatelessMasks` the compiled step was last given (keep masks joined),
+    or, before the first step or after a declaration, `model_masks(model)`."""
+    given = getattr(model, _GIVEN_ATTR, None)
+    current = given is not None and given[0] == version.current()
+    return given[1] if current else model_masks(model)
+
+
+def mask_memory(model):
+    """Per masked variable, the bytes of its masks and its own, per device.
+
+    Returns:
+      `[(path, {device: bytes}, {device: bytes})]`, in the model's order: the
+      masks as the compiled step is given them (keep masks joined, laid out
+      like their variables; before the first step, the declared masks), and
+      the variable's value.
+    """
+    masks = given_masks(model)
+    variables = model.trainable_variables
+    return [
+        (
+            variables[p].path,
+            sharding.bytes_per_device([table, boundaries]),
+            sharding.bytes_per_device([variables[p].value]),
+        )
+        for p, table, boundaries in zip(masks.positions, masks.tables, masks.boundaries)
+    ]
 
 
 def _unshared(state):
@@ -276,55 +320,6 @@ def _unshared(state):
         return value
 
     return jax.tree_util.tree_map(once, state)
-
-
-def _align(grads, variables):
-    """One gradient (or None) per variable, from a list or a dict."""
-    paths = [v.path for v in variables]
-    if not isinstance(grads, dict):
-        if len(grads) != len(variables):
-            raise ValueError(
-                f"apply_gradients received {len(grads)} gradients for"
-                f" {len(variables)} variables. Expected one per variable, in this"
-                f" order: {paths}. Pass None, or use a dict by path, to leave a"
-                " variable out."
-            )
-        return list(grads)
-    aligned = [None] * len(variables)
-    by_id = {id(v): i for i, v in enumerate(variables)}
-    for key, grad in grads.items():
-        if isinstance(key, str):
-            if paths.count(key) != 1:
-                raise ValueError(
-                    f"apply_gradients received a gradient for variable path"
-                    f" '{key}', which names {paths.count(key)} of the variables it"
-                    f" updates (expected 1). Known paths: {paths}."
-                )
-            index = paths.index(key)
-        else:
-            variable = key.deref() if hasattr(key, "deref") else key
-            if id(variable) not in by_id:
-                raise ValueError(
-                    f"apply_gradients received a gradient for variable {key!r},"
-                    f" which is not among the variables it updates: {paths}."
-                )
-            index = by_id[id(variable)]
-        aligned[index] = grad
-    return aligned
-
-
-def _checked(grad, variable):
-    if grad is None:
-        return None
-    value = keras.ops.convert_to_tensor(grad)
-    if tuple(value.shape) != tuple(variable.shape):
-        raise ValueError(
-            f"The gradient for variable '{variable.path}' has shape"
-            f" {tuple(value.shape)}, but the variable has shape"
-            f" {tuple(variable.shape)}. Pass a gradient of shape"
-            f" {tuple(variable.shape)}."
-        )
-    return keras.ops.cast(value, variable.dtype)
 
 
 def apply_gradients(optimizer, grads, variables=None):
@@ -369,7 +364,8 @@ def apply_gradients(optimizer, grads, variables=None):
         for layer, spec in declare.all_masked_layers()
         if any(id(v) in ids for v in layer.trainable_weights)
     ]
-    masks = stateless.masks_for(layer_specs, built)
+    masks = stateless.masks_for(layer_specs, built, host=True)
+    masks = sharding.place(masks, [v.value for v in built], [v.path for v in built])
     new_trainable, new_optimizer = stateless.stateless_apply(
         optimizer,
         masks,

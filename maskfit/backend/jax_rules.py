@@ -26,13 +26,14 @@ import numpy as np
 import tensorflow as tf
 
 from maskfit import paths
+from maskfit.backend import sharding
 from maskfit.model import training
 from maskfit.optim import traits
-from maskfit.spec import rules, version
+from maskfit.spec import rules
 from maskfit.step import stateless
 from maskfit.step.rules import update as update_lib
 
-__all__ = ["HostRules", "RuleCalls", "refuse", "with_keeps"]
+__all__ = ["HostRules", "with_keeps"]
 
 
 class HostRules:
@@ -84,15 +85,17 @@ class HostRules:
             due = [g for g in self._due(step) if not g.rule.uses_gradients]
             if due:
                 state = self._update(due, state, masks, step, None)
-        return state, self.joined(masks)
+        return state, self.joined(masks, state[0])
 
-    def joined(self, masks):
-        """`masks` with the keep masks in force joined (cached while neither changes)."""
+    def joined(self, masks, values=None):
+        """`masks` with the keep masks in force joined (cached while neither
+        changes), laid out like the variables' `values` where given."""
         # `pending_keeps` is a new dict whenever a keep mask changes.
         pending = self.model._maskfit_lifecycle().pending_keeps
         key = (id(masks), id(pending))
         if self._joined[0] != key:
-            self._joined = (key, with_keeps(masks, self.keeps()), masks, pending)
+            joined = with_keeps(masks, self.keeps(), values=values)
+            self._joined = (key, joined, masks, pending)
         return self._joined[1]
 
     def needs_gradients(self, step):
@@ -224,86 +227,6 @@ class HostRules:
         return self._fresh[i]
 
 
-def refuse(model):
-    """Raises for a rule of `model` the JAX step cannot run: one that
-    `observes_gradients` in every step (a Taylor importance)."""
-    for layer, rule in rules.layer_rules(model):
-        if not rule.observes_gradients:
-            continue
-        raise NotImplementedError(
-            f"Layer '{layer.name}' carries the rule {rule!r}, which observes the"
-            " gradients of every training step (observes_gradients, e.g. a Taylor"
-            " importance): maskfit runs that on the TensorFlow backend only, and"
-            " this process runs Keras on JAX. Train with KERAS_BACKEND=tensorflow,"
-            " use a rule that reads the weights (an L1/L2 importance) or only its"
-            " update steps' gradients (uses_gradients), or remove the rule"
-            " (maskfit.spec.rules.set_rule(layer, None))."
-        )
-
-
-class RuleCalls:
-    """The calls of one JAX train function, with the model's rules around them.
-
-    Args:
-      model: the `MaskedModel`.
-      compile_step: `compile_step(gradients)` -> the step as the train
-        function runs it, `(state, data, masks)` -> `(logs, state)`, or with
-        `gradients` `(logs, state, gradients)` (compiled only when a rule
-        that `uses_gradients` first updates).
-    """
-
-    def __init__(self, model, compile_step):
-        self.model = model
-        self.compile_step = compile_step
-        self.version = None  # of the declarations `rules` was read at
-        self.rules = None  # the `HostRules`, or None without rules
-        self.counter = None  # the optimizer step of the next call, on the host
-        self.with_gradients = None
-
-    def __call__(self, step, state, data, masks, fresh):
-        """`(logs, state)` of one call of `step` (`fresh`: a state `fit` made)."""
-        if self.version != version.current():  # a rule set or removed since
-            self.version, self.rules = version.current(), _host_rules(self.model)
-            self.counter = None
-        if self.rules is None:
-            return step(state, data, masks)
-        if fresh or self.counter is None:
-            self.counter = _iterations(self.model.optimizer, state[2])
-        at = self.counter
-        state, joined = self.rules.before_step(state, masks, at)
-        self.counter += 1
-        if not self.rules.needs_gradients(at):
-            return step(state, data, joined)
-        if self.with_gradients is None:
-            self.with_gradients = self.compile_step(True)
-        logs, state, gradients = self.with_gradients(state, data, joined)
-        return logs, self.rules.after_update(state, masks, at, gradients)
-
-
-def _host_rules(model):
-    """The model's `HostRules`, or None without rules."""
-    if not rules.layer_rules(model):
-        return None
-    if model.steps_per_execution != 1:
-        raise NotImplementedError(
-            f"Model '{model.name}' carries mask rules (maskfit.spec.rules: pruning,"
-            " sparse training, unit pruning) and was compiled with"
-            f" steps_per_execution={model.steps_per_execution}; on the JAX"
-            " backend maskfit updates the keep masks between compiled steps, so"
-            " it needs steps_per_execution=1. Compile with steps_per_execution=1,"
-            " or train with KERAS_BACKEND=tensorflow."
-        )
-    return HostRules(model)
-
-
-def _iterations(optimizer, optimizer_values):
-    """The optimizer's `iterations` in a state's optimizer values, on the host."""
-    for variable, value in zip(optimizer.variables, optimizer_values):
-        if variable is optimizer.iterations:
-            return int(value)
-    return 0
-
-
 _CHUNK = 1024
 
 
@@ -362,8 +285,12 @@ def _updates(group, steps):
         return np.array([bool(np.asarray(rule.should_update(s))) for s in steps])
 
 
-def with_keeps(masks, keeps):
+def with_keeps(masks, keeps, values=None):
     """`masks` with the keep masks `{position: bool array}` joined: dropped = frozen.
+
+    With the variables' `values` (the step's state), each table goes from
+    the host straight to the devices, laid out like its variable
+    (`maskfit.backend.sharding.place`).
 
     Example:
 
@@ -391,11 +318,13 @@ def with_keeps(masks, keeps):
         else:
             found[i] = (keep[None], np.zeros((0,), np.int32), "step")
     positions = tuple(sorted(found))
-    return stateless.StatelessMasks(
+    convert = jax.numpy.asarray if values is None else np.asarray
+    joined = stateless.StatelessMasks(
         positions,
-        tuple(jax.numpy.asarray(found[p][0]) for p in positions),
-        tuple(jax.numpy.asarray(found[p][1]) for p in positions),
+        tuple(convert(found[p][0]) for p in positions),
+        tuple(convert(found[p][1]) for p in positions),
         tuple(found[p][2] for p in positions),
         masks.count,
         masks.gates,
     )
+    return joined if values is None else sharding.place(joined, values)

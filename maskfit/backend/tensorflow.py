@@ -14,9 +14,16 @@ import tensorflow as tf
 
 from maskfit import internals
 from maskfit.apply import apply_gradients
+from maskfit.model import training
 from maskfit.step import pipeline
 
-__all__ = ["apply_grad_masks", "apply_gradients", "make_train_function", "train_step"]
+__all__ = [
+    "apply_grad_masks",
+    "apply_gradients",
+    "make_train_function",
+    "mask_memory",
+    "train_step",
+]
 
 
 def train_step(model, data):
@@ -86,3 +93,33 @@ def apply_grad_masks(model, gradients, variables):
     lifecycle = model._maskfit_lifecycle()
     masker = lifecycle.masker_for(variables) or lifecycle.plan_in_trace(variables)
     return masker.mask_gradients(gradients)
+
+
+def mask_memory(model):
+    """Per masked variable, the bytes of its mask state and its own, per device.
+
+    Returns:
+      `[(path, {device: bytes}, {device: bytes})]`, in the step's order: the
+      mask state the step holds (`GradientMasker.mask_variables`: one copy
+      per replica under a `tf.distribute` strategy), and the variable's.
+      Empty before the step is planned (the first `fit`).
+    """
+    masker = training.masker_of(model)
+    if masker is None:
+        return []
+    variables = masker.variables
+    return [
+        (variables[p].path, _bytes_per_device(held), _bytes_per_device([variables[p]]))
+        for p, held in masker.mask_variables().items()
+    ]
+
+
+def _bytes_per_device(variables):
+    """`{device: bytes}` of `tf.Variable`s (each replica's copy of a mirrored one)."""
+    found = {}
+    for variable in variables:
+        variable = variable.value if isinstance(variable, keras.Variable) else variable
+        for part in getattr(variable, "values", None) or (variable,):
+            size = part.shape.num_elements() * part.dtype.size
+            found[part.device] = found.get(part.device, 0) + size
+    return found

@@ -201,6 +201,21 @@ class GradientMasker:
         )
         return self._masks.state_bytes() + keeps
 
+    def mask_variables(self):
+        """`{position: [tf.Variable]}`: the mask state each masked variable reads
+        (masks, schedules, keep masks); a state an `OutputMask` shares between
+        a layer's variables is listed once, at the first."""
+        found, seen = {}, set()
+        for index, masks in sorted(self._masks.by_index.items()):
+            state = masks.state
+            held = (
+                () if state is None else (state.current, state.table, state.boundaries)
+            )
+            held = [v for v in (*held, masks.keep) if v is not None]
+            found[index] = [v for v in held if id(v) not in seen]
+            seen.update(map(id, held))
+        return found
+
     def left_out_variables(self):
         """The variables left out of the planned step (their mask is all 0)."""
         left_out = () if self._plan is None else sorted(self._plan.left_out)

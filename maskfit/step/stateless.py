@@ -23,8 +23,7 @@ retrace. One step, in the order Keras's `BaseOptimizer.apply` runs its own:
    back after the update instead.
 
 Slots of another shape (Adafactor's factored second moments) are shared by
-frozen and learning entries and evolve as the optimizer updates them; the
-weights they feed stay exact.
+frozen and learning entries and evolve; the weights they feed stay exact.
 """
 
 import collections
@@ -103,28 +102,29 @@ def _table(mask, i):
     return table.astype(np.float32)
 
 
-def masks_for(layer_specs, variables):
+def masks_for(layer_specs, variables, host=False):
     """Reads `[(layer, spec)]` into the `StatelessMasks` of `variables`.
 
     Args:
       layer_specs: `[(layer, spec)]`, e.g. `maskfit.spec.declare.masked_layers(model)`.
       variables: the variables the masks are for, in the order the values
         will be passed (the optimizer's, for `stateless_apply`).
+      host: leave the arrays in NumPy, for the caller to place (the JAX
+        backend lays each out like its variable); tensors by default.
 
     Raises:
       ValueError: as `maskfit.step.declared.resolve_declared`.
     """
     declared = declared_lib.resolve_declared(layer_specs, variables)
+    convert = np.asarray if host else keras.ops.convert_to_tensor
     found, gates = {}, []
     for mask in declared.values():
-        boundaries = keras.ops.convert_to_tensor(
-            np.asarray(mask.boundaries, np.int32).reshape(-1)
-        )
-        if mask.backprop:
+        boundaries = convert(np.asarray(mask.boundaries, np.int32).reshape(-1))
+        if mask.backprop:  # a gate's mask: one per output unit, replicated
             table = keras.ops.convert_to_tensor(mask.table)
-            gates.append((mask.layer, table, boundaries))
+            gates.append((mask.layer, table, keras.ops.convert_to_tensor(boundaries)))
         for i, index in enumerate(mask.indices):
-            table = keras.ops.convert_to_tensor(_table(mask, i))
+            table = convert(_table(mask, i))
             found[index] = (table, boundaries, mask.scale)
     positions = tuple(sorted(found))
     return StatelessMasks(
