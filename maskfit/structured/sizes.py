@@ -177,6 +177,12 @@ def _sizes(model, unknown_size, memo, prefix="", counted=None):
     return found
 
 
+def _owner(path, before):
+    """The layer of `before` whose stock rewrite `path` is part of (its name's prefix)."""
+    owners = [p for p in before if path.startswith(p + "_")]
+    return max(owners, key=len) if owners else None
+
+
 def size_report(model, shrunk, print_fn=None, unknown_size=1):
     """Compares `model` and its `shrink`-ed copy layer by layer.
 
@@ -229,12 +235,24 @@ def size_report(model, shrunk, print_fn=None, unknown_size=1):
     memo = signature.Memo()
     before = _sizes(model, int(unknown_size), memo)
     after = _sizes(shrunk, int(unknown_size), memo)
+    # A keras_hub block written out as stock layers (`shrink`'s `StockBlock`)
+    # has those layers, named after it, in its place: their sizes are its.
+    merged = {path: [0, 0] for path in before}
+    extra = {}
+    for path, (kind, params, macs, _) in after.items():
+        owner = path if path in before else _owner(path, before)
+        if owner is None:
+            extra[path] = (kind, 0, params, 0, macs)
+        else:
+            merged[owner][0] += params
+            merged[owner][1] += macs
     rows, notes = [], []
     for path, (kind, params, macs, said) in before.items():
-        _, params_after, macs_after, _ = after.get(path, (kind, 0, 0, ()))
-        if params or macs:
+        params_after, macs_after = merged[path]
+        if params or macs or params_after or macs_after:
             rows.append(LayerSize(path, kind, params, params_after, macs, macs_after))
         notes += [(path, note) for note in said]
+    rows += [LayerSize(path, *sizes) for path, sizes in extra.items() if any(sizes[1:])]
     report = SizeReport(tuple(rows), tuple(notes))
     if print_fn is not None:
         print_fn(str(report))

@@ -130,3 +130,10 @@ def test_the_docstring_examples_run():
 
     results = doctest.testmod(tracing)
     assert results.attempted and not results.failed
+
+
+def test_size_report_refuses_an_unknown_size_that_is_not_a_positive_integer():
+    model = keras.Sequential([keras.Input((4,)), L.Dense(2)])
+    for bad in (0, 2.0, True, "6"):
+        with pytest.raises(ValueError, match="unknown_size.*positive integer"):
+            pruning.size_report(model, model, unknown_size=bad)
