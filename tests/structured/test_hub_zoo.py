@@ -6,7 +6,7 @@ refuse with one ValueError naming the layer and the operation
 (`SHRINK_REFUSED`); never another error. `uniform=True` gives the keras_hub
 class with the same outputs, or a ValueError. `size_report`'s parameters
 equal `count_params()` before and after, and every call's MACs are traced
-but those of `UNTRACED`. docs/hub_zoo.md has the table this test checks.
+but those of `UNTRACED`. docs/structured_pruning.md has the table this test checks.
 """
 
 import pytest
@@ -35,6 +35,42 @@ SHRINK_REFUSED = {
     "SwinTransformerBackbone": "layer 'patch_embedding' (PatchEmbedding) cannot be"
     " rebuilt with fewer units: its get_config() raised TypeError",
 }
+
+# Parameters after `select_units(model, 0.5)` and `shrink` (docs/structured_pruning.md's
+# table); every other backbone removes nothing (or is refused above).
+SHRUNK = {
+    "AlbertBackbone": 3296,
+    "BertBackbone": 3712,
+    "DistilBertBackbone": 3408,
+    "ElectraBackbone": 3296,
+    "GPT2Backbone": 3408,
+    "GemmaBackbone": 2672,
+    "Llama3Backbone": 4240,
+    "LlamaBackbone": 4240,
+    "MistralBackbone": 4240,
+    "OPTBackbone": 4480,
+    "Qwen2Backbone": 4016,
+    "QwenBackbone": 4016,
+    "RobertaBackbone": 3408,
+    "XLMRobertaBackbone": 3408,
+    "BartBackbone": 10384,
+    "MoonshineBackbone": 22484,
+    "ViTBackbone": 5536,
+    "ResNetBackbone": 44896,
+    "VGGBackbone": 428,
+}
+
+# The backbones `shrink(uniform=True)` rebuilds in their keras_hub class (or
+# its twin); the others are refused with a ValueError.
+UNIFORM = [
+    "GemmaBackbone",
+    "Llama3Backbone",
+    "LlamaBackbone",
+    "MistralBackbone",
+    "OPTBackbone",
+    "Qwen2Backbone",
+    "QwenBackbone",
+]
 
 # Calls whose trace fails at one unknown size for every unknown dimension
 # (TensorFlow, keras-hub 0.32): by backbone, the layers and what the note says.
@@ -78,12 +114,15 @@ def test_select_units_and_shrink_work_or_refuse_naming_the_layer(name):
     else:
         small = pruning.shrink(model, selection)
         hub_cases.assert_close(hub_cases.outputs(small, inputs), expected)
+        assert small.count_params() == SHRUNK.get(name, model.count_params())
         _sizes_hold(name, model, small)
     try:
         same = pruning.shrink(model, selection, uniform=True)
     except ValueError as error:
+        assert name not in UNIFORM
         assert "shrink(uniform=True)" in str(error) and "uniform=False" in str(error)
     else:
+        assert name in UNIFORM
         assert type(same).__name__.endswith("Backbone")
         hub_cases.assert_close(hub_cases.outputs(same, inputs), expected)
         assert same.count_params() < model.count_params()
