@@ -141,7 +141,9 @@ def _scores_only(layer):
 def _attention_macs(layer, shapes, output_shapes):
     total = 0
     queries = common.count(shapes[0][:-1] + (1,))
-    keys = common.count(shapes[-1][:-1] + (1,)) if len(shapes) > 1 else queries
+    # The keys are as many as the values (the call's second input; a mask
+    # may come after them).
+    keys = common.count(shapes[1][:-1] + (1,)) if len(shapes) > 1 else queries
     for sub in internals.sublayers(layer, recursive=False):
         kernel = common.weight(sub, "kernel")
         if kernel is None:

@@ -145,15 +145,22 @@ def shrink(model, selection=None, uniform=False):
 
 
 def _new_layer(layer, shrunk):
+    """`layer` rebuilt from its config with fewer units (or a refusal naming it)."""
     if not isinstance(layer, keras.layers.Layer):
         return _new_operation(layer, shrunk)
-    config = copy.deepcopy(hub_shrink.config_of(layer))
+    try:
+        config = copy.deepcopy(hub_shrink.config_of(layer))
+    except Exception as error:  # noqa: BLE001 - one refusal, naming the layer
+        raise hub_shrink.refusal(layer, "get_config()", error) from error
     coupling = coupling_of(layer)
-    if isinstance(coupling, couplings_hub.HubBlock):
-        new = coupling.rebuild(layer, _unbuilt(config), shrunk)
-        return hub_stock.StockBlock(layer, shrunk, coupling) if new is None else new
-    config = _unbuilt(coupling.shrink_config(layer, config, shrunk))
-    return type(layer).from_config(config)
+    try:
+        if isinstance(coupling, couplings_hub.HubBlock):
+            new = coupling.rebuild(layer, _unbuilt(config), shrunk)
+            return hub_stock.StockBlock(layer, shrunk, coupling) if new is None else new
+        config = _unbuilt(coupling.shrink_config(layer, config, shrunk))
+        return type(layer).from_config(config)
+    except Exception as error:  # noqa: BLE001
+        raise hub_shrink.refusal(layer, "from_config()", error) from error
 
 
 def _new_operation(operation, shrunk):
@@ -167,9 +174,12 @@ def _new_operation(operation, shrunk):
     except Exception:  # noqa: BLE001 - no config: nothing of it to cut
         return operation
     coupling = coupling_of(operation)
-    return type(operation).from_config(
-        coupling.shrink_config(operation, config, shrunk)
-    )
+    try:
+        return type(operation).from_config(
+            coupling.shrink_config(operation, config, shrunk)
+        )
+    except Exception as error:  # noqa: BLE001
+        raise hub_shrink.refusal(operation, "from_config()", error) from error
 
 
 def _unbuilt(config):
@@ -223,7 +233,10 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
                 if isinstance(layer, keras.layers.Layer) and not stock:
                     pairs.append((layer, new))  # keras.ops calls have no weights
             made[id(layer)] = new
-        result = new(*args, **kwargs)
+        try:
+            result = new(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - one refusal, naming the layer
+            raise hub_shrink.refusal(layer, "call, rebuilt,", error) from error
         if isinstance(new, hub_stock.StockBlock):
             pairs.extend(p for p in new.pairs if p not in pairs)
         for tensor, value in zip(call.outputs, keras.tree.flatten(result)):

@@ -2,7 +2,13 @@
 
 from typing import NamedTuple
 
+import keras
+import numpy as np
+
+from maskfit import records
 from maskfit.kinds.common import macs_of, size
+from maskfit.kinds.couplings import signature
+from maskfit.structured import tracing
 from maskfit.structured.graph import keras_graph
 
 __all__ = ["LayerSize", "SizeReport", "size_report"]
@@ -20,7 +26,10 @@ class LayerSize(NamedTuple):
 
 
 class SizeReport(NamedTuple):
-    """The rows of `size_report` and their totals; `str()` gives the table.
+    """The rows of `size_report`, their totals and notes; `str()` gives the table.
+
+    `notes` holds `(layer, note)` for each call whose MACs may be short (one
+    that could not be traced, a loop counted once), printed below the table.
 
     Example:
 
@@ -41,6 +50,7 @@ class SizeReport(NamedTuple):
     """
 
     rows: tuple
+    notes: tuple = ()
 
     @property
     def params_before(self):
@@ -93,11 +103,53 @@ class SizeReport(NamedTuple):
             lines.append("  ".join(left + right).rstrip())
             if number in (0, len(cells) - 2):
                 lines.append("-" * len(lines[0]))
+        lines += [f"{name}: MACs {note}" for name, note in self.notes]
         return "\n".join(lines)
 
 
-def _sizes(model, prefix="", counted=None):
-    """`{path: (kind, params, macs)}` of every layer call in `model`'s graph.
+def _known(shape, unknown_size):
+    """`shape` with its unknown dimensions but the batch at `unknown_size`."""
+    return tuple(
+        unknown_size if d is None and axis else d for axis, d in enumerate(shape)
+    )
+
+
+def _macs(call, unknown_size, memo):
+    """A call's MACs: its record's where the record knows them, else traced."""
+    layer = call.layer
+    kind = records.builtin(type(layer))
+    if kind is not None and kind.macs is not None:
+        shapes = [
+            [_known(t.shape, unknown_size) for t in ts]
+            for ts in (call.inputs, call.outputs)
+        ]
+        return tracing.Traced(macs_of(layer, *shapes))
+    return memo.outcome(
+        _signature(call, unknown_size),
+        lambda: tracing.traced_macs(layer, call.args, call.kwargs, unknown_size),
+    )
+
+
+def _signature(call, unknown_size):
+    """Calls that compute the same thing at the same shapes are traced once."""
+    if not isinstance(call.layer, keras.layers.Layer):
+        return None
+    arguments = keras.tree.map_structure(
+        lambda x: (
+            (tuple(x.shape), str(x.dtype))
+            if isinstance(x, keras.KerasTensor)
+            else repr(x)
+        ),
+        (tuple(call.args), dict(call.kwargs)),
+    )
+    try:
+        return signature.signature(call.layer, (), repr(arguments), unknown_size)
+    except Exception:  # noqa: BLE001 - no signature: traced on its own
+        return None
+
+
+def _sizes(model, unknown_size, memo, prefix="", counted=None):
+    """`{path: (kind, params, macs, notes)}` of every layer call in `model`'s graph.
 
     Each variable counts once, where the graph first calls a layer that holds
     it: a tied embedding called again as the output projection (keras_hub's
@@ -111,32 +163,55 @@ def _sizes(model, prefix="", counted=None):
         layer = call.layer
         path = prefix + layer.name
         if keras_graph.is_graph_model(layer):
-            found.update(_sizes(layer, path + "/", counted))
+            found.update(_sizes(layer, unknown_size, memo, path + "/", counted))
             continue
         new = [v for v in getattr(layer, "weights", ()) if id(v) not in counted]
         counted.update(id(v) for v in new)
         params = sum(size(v) for v in new)  # ops: none
-        macs = macs_of(
-            layer,
-            [tuple(t.shape) for t in call.inputs],
-            [tuple(t.shape) for t in call.outputs],
+        macs, note = _macs(call, unknown_size, memo)
+        kind, old_params, old_macs, notes = found.get(
+            path, (type(layer).__name__, 0, 0, ())
         )
-        kind, old_params, old_macs = found.get(path, (type(layer).__name__, 0, 0))
-        found[path] = (kind, old_params + params, old_macs + macs)
+        notes += (note,) if note and note not in notes else ()
+        found[path] = (kind, old_params + params, old_macs + macs, notes)
     return found
 
 
-def size_report(model, shrunk, print_fn=None):
+def _owner(path, before):
+    """The layer of `before` whose stock rewrite `path` is part of (its name's prefix)."""
+    owners = [p for p in before if path.startswith(p + "_")]
+    return max(owners, key=len) if owners else None
+
+
+def size_report(model, shrunk, print_fn=None, unknown_size=1):
     """Compares `model` and its `shrink`-ed copy layer by layer.
+
+    Parameters count each variable once (a tied embedding too), so they add
+    up to `count_params()`. Multiply-accumulates per example come from the
+    layer's record (`maskfit.kinds`: dense, convolutions, attention,
+    recurrent layers) or, for every other layer (keras_hub blocks, reversible
+    embeddings used as the output projection, your own layers, `keras.ops`
+    calls), from the backend's trace of the call (`maskfit.structured.tracing`:
+    its matrix products, einsums and convolutions, attention's scores and
+    values included). A call whose count is short or that could not be
+    traced is listed in `notes`, with why.
 
     Args:
       model: the model before (pruned or not).
       shrunk: the model `shrink` returned.
       print_fn: called with the table's text if given (e.g. `print`).
+      unknown_size: the size taken for each dimension the model leaves
+        unknown (None) other than the batch: a language model's sequence
+        length, an image side. MACs grow with it (attention's scores with
+        its square).
 
     Returns:
       A `SizeReport`: `rows` of `LayerSize` (layers with weights or MACs),
-      totals, and the table as `str(report)`.
+      totals, `notes` (`(layer, note)` for counts that may be short), and
+      the table as `str(report)`.
+
+    Raises:
+      ValueError: if `unknown_size` is not a positive integer.
 
     Example:
 
@@ -147,13 +222,38 @@ def size_report(model, shrunk, print_fn=None):
     >>> pruning.size_report(model, small).params_after
     30
     """
-    before, after = _sizes(model), _sizes(shrunk)
-    rows = []
-    for path, (kind, params, macs) in before.items():
-        _, params_after, macs_after = after.get(path, (kind, 0, 0))
-        if params or macs:
+    if (
+        isinstance(unknown_size, bool)
+        or not isinstance(unknown_size, (int, np.integer))
+        or unknown_size < 1
+    ):
+        raise ValueError(
+            "size_report's unknown_size (the size of each unknown dimension, such"
+            " as a sequence length) must be a positive integer. Received:"
+            f" {unknown_size!r}."
+        )
+    memo = signature.Memo()
+    before = _sizes(model, int(unknown_size), memo)
+    after = _sizes(shrunk, int(unknown_size), memo)
+    # A keras_hub block written out as stock layers (`shrink`'s `StockBlock`)
+    # has those layers, named after it, in its place: their sizes are its.
+    merged = {path: [0, 0] for path in before}
+    extra = {}
+    for path, (kind, params, macs, _) in after.items():
+        owner = path if path in before else _owner(path, before)
+        if owner is None:
+            extra[path] = (kind, 0, params, 0, macs)
+        else:
+            merged[owner][0] += params
+            merged[owner][1] += macs
+    rows, notes = [], []
+    for path, (kind, params, macs, said) in before.items():
+        params_after, macs_after = merged[path]
+        if params or macs or params_after or macs_after:
             rows.append(LayerSize(path, kind, params, params_after, macs, macs_after))
-    report = SizeReport(tuple(rows))
+        notes += [(path, note) for note in said]
+    rows += [LayerSize(path, *sizes) for path, sizes in extra.items() if any(sizes[1:])]
+    report = SizeReport(tuple(rows), tuple(notes))
     if print_fn is not None:
         print_fn(str(report))
     return report

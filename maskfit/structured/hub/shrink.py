@@ -17,7 +17,7 @@ from maskfit.kinds.couplings.lookup import coupling_of
 from maskfit.structured.hub import couplings as couplings_hub
 from maskfit.structured.hub import twins as hub_twins
 
-__all__ = ["block_config", "config_of", "same_class"]
+__all__ = ["block_config", "config_of", "refusal", "same_class"]
 
 
 def config_of(layer):
@@ -26,7 +26,11 @@ def config_of(layer):
     Where keras_hub's `get_config` raises (0.32's `LlamaTransformerDecoder`
     reads an attribute it never sets), the config is read from the layer's
     `__init__` arguments; keys its `__init__` does not take (0.32's
-    `ViTPatchingAndEmbedding` writes `num_patches`) are left out.
+    `ViTPatchingAndEmbedding` writes `num_patches`) are left out. An
+    `__init__` argument its `get_config` leaves out (0.32's
+    `Qwen3TransformerDecoder` drops `head_dim`) is read from the attribute
+    of that name, so no field is lost; one that no attribute holds in a form
+    a config can write stays out (and `from_config` says so).
     """
     if couplings_hub.hub_class_name(layer) is None:
         return layer.get_config()
@@ -35,16 +39,40 @@ def config_of(layer):
         config = layer.get_config()
     except AttributeError:
         config = keras.layers.Layer.get_config(layer)
-        for name in parameters:
-            if name not in ("self", "kwargs") and hasattr(layer, name):
-                value = getattr(layer, name)
-                if isinstance(value, keras.initializers.Initializer):
-                    value = keras.initializers.serialize(value)
-                elif callable(value):
-                    value = keras.activations.serialize(value)
+    for name in parameters:
+        if name in ("self", "args", "kwargs") or name in config:
+            continue
+        if hasattr(layer, name):
+            value = _plain(getattr(layer, name))
+            if value is not _UNWRITABLE:
                 config[name] = value
     base = keras.layers.Layer.get_config(layer)
     return {k: v for k, v in config.items() if k in parameters or k in base}
+
+
+_UNWRITABLE = object()
+
+
+def _plain(value):
+    """`value` as a config writes it, or `_UNWRITABLE`."""
+    if isinstance(value, keras.initializers.Initializer):
+        return keras.initializers.serialize(value)
+    if isinstance(value, (keras.layers.Layer, type)):
+        return _UNWRITABLE  # a sublayer or a class: not a config value
+    if callable(value):
+        try:
+            return keras.activations.serialize(value)
+        except Exception:  # noqa: BLE001 - not an activation
+            return _UNWRITABLE
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v) for v in value]
+        return _UNWRITABLE if _UNWRITABLE in items else type(value)(items)
+    if isinstance(value, dict):
+        items = {k: _plain(v) for k, v in value.items()}
+        return _UNWRITABLE if _UNWRITABLE in items.values() else items
+    return _UNWRITABLE
 
 
 def block_config(model, shrunk):
@@ -133,7 +161,10 @@ def same_class(origin, shrunk):
 
 
 def _backbone(origin, shrunk):
-    config = origin.get_config()
+    try:
+        config = origin.get_config()
+    except Exception as error:  # noqa: BLE001 - a config it cannot write
+        raise refusal(origin, "get_config()", error, uniform=True) from error
     counts = block_config(origin, shrunk)
     head_dim = counts.pop("head_dim", None)
     name, cls = type(origin).__name__, type(origin)
@@ -151,7 +182,10 @@ def _backbone(origin, shrunk):
             )
         cls = hub_twins.twin_class(name)
         config = hub_twins.twin_config(name, config, head_dim)
-    small = cls.from_config(config)
+    try:
+        small = cls.from_config(config)
+    except Exception as error:  # noqa: BLE001 - a config it cannot read back
+        raise refusal(origin, f"{cls.__name__}.from_config()", error, True) from error
     shrunk.copy(
         origin.weights,
         small.weights,
@@ -159,3 +193,40 @@ def _backbone(origin, shrunk):
         "its class cannot be kept with this selection. Shrink with uniform=False.",
     )
     return small
+
+
+def refusal(layer, operation, error, uniform=False):
+    """The one error of a layer `shrink` cannot rebuild: the layer, the operation, why.
+
+    A ValueError of maskfit's own that names the layer already is returned
+    as it is.
+
+    Example:
+
+    >>> import keras
+    >>> error = refusal(keras.layers.Dense(2, name="d"), "from_config()",
+    ...                 TypeError("missing 1 required positional argument: 'units'"))
+    >>> print(str(error).split(";")[0])
+    shrink: layer 'd' (Dense) cannot be rebuilt with fewer units: its from_config() raised TypeError: missing 1 required positional argument: 'units'
+    """
+    if isinstance(error, ValueError) and f"'{layer.name}'" in str(error):
+        return error
+    text = " ".join(str(error).split())
+    if "Exception encountered:" in text:  # Keras's deserializer: the config, then why
+        text = text.rsplit("Exception encountered:", 1)[1].strip()
+    text = text[:400]
+    what = f"shrink(uniform=True): '{layer.name}'" if uniform else "shrink: layer"
+    if not uniform:
+        what += f" '{layer.name}'"
+    advice = (
+        "Shrink with uniform=False: a functional model with each layer rebuilt."
+        if uniform
+        else "shrink rebuilds every layer from its config, and this class's"
+        " get_config() does not give back what its __init__ takes: fix or"
+        " override its get_config() (for a keras_hub class, a keras_hub bug), or"
+        " keep the model unshrunk (its masks already hold the pruned units at 0)."
+    )
+    return ValueError(
+        f"{what} ({type(layer).__name__}) cannot be rebuilt with fewer units: its"
+        f" {operation} raised {type(error).__name__}: {text}; {advice}"
+    )
