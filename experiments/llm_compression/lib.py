@@ -200,12 +200,13 @@ def _seed(config, seed, corpus, validation, first, clock, workdir):
         for target in config.targets:
             with clock.stage("prune"):
                 model = keras_arm.clone(dense, arch, seed)
-                found, seconds, peak = compress.prune(
+                found, (seconds, cpu), peak = compress.prune(
                     model, method, target, calibration
                 )
             row = dict(
                 method=method, target=target, seed=seed, sparsity=found.sparsity,
-                refused=len(found.refused), seconds=seconds, peak_bytes=peak,
+                refused=len(found.refused), seconds=seconds, cpu_seconds=cpu,
+                peak_bytes=peak,
                 error=sum(r.error for r in found.layers) / len(found.layers),
             )  # fmt: skip
             with clock.stage("perplexity"):
@@ -256,7 +257,7 @@ def _peer(config, seed, dense, calibration_windows, validation, workdir):
         row.pop("traceback", None)
         row["versions"] = found["versions"]
     logging.info("seed %d llmcompressor: %s", seed, [
-        (r["method"], r["target"], r.get("perplexity"), r.get("error"))
+        (r["method"], r["target"], r.get("perplexity"), r.get("failure"))
         for r in found["runs"]])  # fmt: skip
     return found["runs"]
 

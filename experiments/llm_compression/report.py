@@ -78,7 +78,7 @@ def side_by_side(runs):
         for name, key in (("maskfit", 0), (PEER, 1)):
             row[name] = {
                 field: report.spread([p[key][field] for p in pairs])
-                for field in ("perplexity", "seconds", "sparsity")
+                for field in ("perplexity", "seconds", "cpu_seconds", "sparsity")
                 if all(field in p[key] for p in pairs)
             }
         ratios = [(a["perplexity"], b["perplexity"]) for a, b in pairs]
@@ -120,7 +120,7 @@ def _side_by_side_lines(rows):
             continue
         if PEER not in r:
             table.append([r["method"], r["target"], "-", "-", "-", "-", "-", "-", "-",
-                          "-", f"error: {r.get('failure', '?')}"])  # fmt: skip
+                          "-", "-", f"error: {r.get('failure', '?')}"])  # fmt: skip
             continue
         mine, theirs = r["maskfit"], r[PEER]
         table.append([
@@ -132,6 +132,7 @@ def _side_by_side_lines(rows):
             report.cell(mine["seconds"], digits=1),
             report.cell(theirs["seconds"], digits=1),
             report.cell(r["seconds_ratio"], digits=2),
+            report.cell(r["cpu_ratio"], digits=2) if "cpu_ratio" in r else "-",
             "yes" if r["within_1pct"] else "no",
             ("yes" if r["no_longer"] else "no")
             + (f"; error: {r['failure']}" if "failure" in r else ""),
@@ -139,6 +140,7 @@ def _side_by_side_lines(rows):
     return lines + report.markdown_table(
         ["method", "target", "maskfit ppl", "llmcompressor ppl", "ppl ratio",
          "llmcompressor sparsity", "maskfit s", "llmcompressor s", "time ratio",
+         "CPU time ratio",
          "within 1%", "no longer"], table)  # fmt: skip
 
 
