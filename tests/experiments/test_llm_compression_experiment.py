@@ -200,6 +200,12 @@ def test_side_by_side_holds_each_seed_to_one_percent_and_its_time():
     assert rows["wanda"]["perplexity_ratio"]["max"] == pytest.approx(1.02)
     assert rows["sparsegpt"]["within_1pct"] and not rows["sparsegpt"]["no_longer"]
     assert rows["magnitude"]["failure"] == "ValueError: no"
+    assert "cpu_ratio" not in rows["wanda"]  # no CPU seconds given
+    for r in runs:
+        r["cpu_seconds"] = r["seconds"] / 2
+    rows = {r["method"]: r for r in report.side_by_side(runs)}
+    assert rows["wanda"]["no_longer_cpu"] and not rows["sparsegpt"]["no_longer_cpu"]
+    assert rows["sparsegpt"]["cpu_ratio"]["max"] == pytest.approx(2.0)
     assert "maskfit" not in rows["magnitude"]
     # The summary keeps the frameworks apart and leaves the failure out.
     summary = report.summarize(runs)
@@ -208,5 +214,7 @@ def test_side_by_side_holds_each_seed_to_one_percent_and_its_time():
         (peer_name, "sparsegpt"),
     }  # fmt: skip
     lines = report._side_by_side_lines(report.side_by_side(runs))
-    assert any("| wanda | 2:4 |" in line and "| no | yes |" in line for line in lines)
+    assert any(
+        "| wanda | 2:4 |" in line and "| no | yes | yes |" in line for line in lines
+    )
     assert any("error: ValueError: no" in line for line in lines)
