@@ -135,17 +135,29 @@ def block_inputs(model, block, batches):
 
 
 class Stats:
-    """What a kernel's layer read over the calibration tokens: `X^T X` and the count."""
+    """What a kernel's layer read over the calibration tokens: `X^T X` and the count.
 
-    def __init__(self, view):
+    `shared`, a dict given to the stats of layers that read the same tensor
+    (keras_hub's query, key and value projections; the FFN's gate and up
+    projections), holds the last input's `X^T X` per view of the input, so
+    it is computed once per call rather than once per layer.
+    """
+
+    def __init__(self, view, shared=None):
         self.view = view
         self.sums = np.zeros((view.rows[0], view.rows[0]))
         self.count = 0
+        self.shared = {} if shared is None else shared
 
     def add(self, x):
-        rows = self.view.inputs(keras.ops.convert_to_numpy(x))
-        self.sums += rows.T @ rows
-        self.count += len(rows)
+        key = (self.view.input_letters, self.view.contracted, self.view.rows[0])
+        last = self.shared.get(key)
+        if last is None or last[0] is not x:
+            rows = self.view.inputs(keras.ops.convert_to_numpy(x))
+            # `x` is held with its product, so its id cannot be reused meanwhile.
+            last = self.shared[key] = (x, rows.T @ rows, len(rows))
+        self.sums += last[1]
+        self.count += last[2]
 
     @property
     def squares(self):

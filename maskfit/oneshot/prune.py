@@ -202,7 +202,8 @@ def _prune_block(block, plan, inputs, goal, settings, state, refused, tokens):
     """Calibrates and prunes `plan`'s kernels of `block`; returns their `LayerReport`s."""
     blocksize, percdamp = settings
     originals, masks = state
-    stats = [calibrate.Stats(view) for _, view in plan]
+    shared = {}  # layers reading one tensor share its X^T X
+    stats = [calibrate.Stats(view, shared) for _, view in plan]
     undo = calibrate.watch([layer for layer, _ in plan], stats)
     try:
         for args, kwargs in inputs:
@@ -210,6 +211,7 @@ def _prune_block(block, plan, inputs, goal, settings, state, refused, tokens):
     finally:
         for step in reversed(undo):
             step()
+        shared.clear()
     rows = []
     for (layer, view), stat in zip(plan, stats):
         if stat.count == 0:
