@@ -103,6 +103,13 @@ def pytest_generate_tests(metafunc):
                 name if name == "graph" else pytest.param(name, marks=pytest.mark.slow)
                 for name in names
             ]
+        if BACKEND == "torch":
+            # torch.compile takes minutes per model here (a jit test of the
+            # exactness matrix: 3 minutes on 2 cores): slow, all of them.
+            names = [
+                pytest.param(name, marks=pytest.mark.slow) if name == "jit" else name
+                for name in names
+            ]
         if (
             BACKEND == "tensorflow"
             and metafunc.definition.get_closest_marker("fused_too") is not None
