@@ -15,7 +15,7 @@ The packages sit in two folders, by what they compare, and this package's
 
 - `step/`: the training step of `MaskedModel` against stock Keras:
   `step_time`, `freezing`, `layerwise_rates`, `sparse_step_time`,
-  `unit_pruning_step`, `fractional_masks`.
+  `unit_pruning_step`, `fractional_masks`, `jax_step_time`, `torch_step_time`.
 - `versus/`: maskfit against another library or program: `pruning_vs_tfmot`
   (TF-MOT), `structured_vs_torch_pruning` (Torch-Pruning), `shrunk_latency`
   (hand-shrunk networks), `resume_exactness` (Keras's `BackupAndRestore`),

@@ -82,6 +82,9 @@ def mask_memory(model, print_fn=print):
     Returns:
       A `MaskMemory`.
 
+    Raises:
+      NotImplementedError: under torch (`maskfit.support.FEATURES`).
+
     Example:
 
     >>> import keras, numpy as np, maskfit
@@ -98,6 +101,7 @@ def mask_memory(model, print_fn=print):
     >>> memory.ratio  # 12 booleans beside 12 float32s
     0.25
     """
+    support.require("mask_memory")
     rows = tuple(
         MaskMemoryRow(*row) for row in support.step_backend().mask_memory(model)
     )

@@ -1,11 +1,11 @@
 """Which maskfit features run on which Keras backend, and the one refusal.
 
 Keras 3 picks its backend once, at import (`KERAS_BACKEND`, or `"backend"` in
-`~/.keras/keras.json`). maskfit runs on TensorFlow and JAX; a feature that
-runs on TensorFlow only is refused under JAX where it enters (the
-constructor, the declaring call, the loading of a file that holds it), with
-one `NotImplementedError` that names the backend, the feature and what to
-use instead. `FEATURES` is the table README's "Backends" section shows
+`~/.keras/keras.json`). maskfit runs on TensorFlow, JAX and PyTorch; a
+feature that does not run on this process's backend is refused where it
+enters (the constructor, the declaring call, the loading of a file that
+holds it), with one `NotImplementedError` that names the backend, the
+feature and what to use instead. `FEATURES` is the table README's "Backends" section shows
 (`tests/test_backend_support.py` keeps the two in step).
 
 `step_backend()` is the module of `maskfit.backend` that trains on this
@@ -31,7 +31,7 @@ __all__ = [
     "step_backend",
 ]
 
-BACKENDS = ("tensorflow", "jax")
+BACKENDS = ("tensorflow", "jax", "torch")
 """The Keras backends maskfit runs on; importing it under another one fails."""
 
 _ON_TENSORFLOW = "run it under KERAS_BACKEND=tensorflow"
@@ -52,50 +52,68 @@ class Feature(NamedTuple):
 
 
 _BOTH = ("tensorflow", "jax")
+_ALL = ("tensorflow", "jax", "torch")
 _TF = ("tensorflow",)
 
 FEATURES = {
     "model": Feature(
-        "`MaskedModel`, `MaskedSequential`: `fit`, `evaluate`, `predict`", _BOTH
+        "`MaskedModel`, `MaskedSequential`: `fit`, `evaluate`, `predict`", _ALL
     ),
     "masks": Feature(
         "`OutputMask`, `ElementMask`, `PiecewiseMask`, `set_mask` after compile",
-        _BOTH,
+        _ALL,
     ),
     "multipliers": Feature(
         "mask values as learning-rate multipliers, `layerwise_decay`, the recipes",
-        _BOTH,
+        _ALL,
     ),
-    "apply_gradients": Feature("`maskfit.apply_gradients`", _BOTH),
-    "summary": Feature("`maskfit.summary`, `maskfit.mask_memory`", _BOTH),
-    "saving": Feature(
-        "`save` / `load_model` (a file saved under one backend loads under the other)",
+    "apply_gradients": Feature("`maskfit.apply_gradients`", _ALL),
+    "summary": Feature("`maskfit.summary`", _ALL),
+    "mask_memory": Feature(
+        "`maskfit.mask_memory` (the bytes of masks per device)",
         _BOTH,
+        "run it under KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax: the masks'"
+        " layout is the same as under torch on one device (one mask value per"
+        " masked entry or unit)",
+    ),
+    "saving": Feature(
+        "`save` / `load_model` (a file saved under one backend loads under the others)",
+        _ALL,
     ),
     "magnitude_pruning": Feature(
         "`maskfit.pruning`: `prune_low_magnitude` with TF-MOT's schedules in `fit`",
         _BOTH,
+        "prune under KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax; a pruned"
+        " model stripped there (`strip_pruning`) with its zeros kept by an"
+        " `ElementMask` trains on under torch",
     ),
     "structured_oneshot": Feature(
         "`select_units` (weight importances), `shrink`, `strip_pruning`",
         _BOTH,
+        "select the units and shrink under KERAS_BACKEND=tensorflow or"
+        " KERAS_BACKEND=jax and save the model: the shrunk stock Keras model"
+        " loads and trains under torch",
     ),
     "data_parallel": Feature(
         "`keras.distribution.DataParallel`",
         ("jax",),
-        "under TensorFlow, `tf.distribute.MirroredStrategy`",
+        "under TensorFlow, `tf.distribute.MirroredStrategy`; Keras's torch"
+        " backend has no `keras.distribution`: run it under KERAS_BACKEND=jax",
     ),
     "model_parallel": Feature(
         "`keras.distribution.ModelParallel` with a `LayoutMap` (each mask sharded"
         " like its variable)",
         ("jax",),
         "under TensorFlow, `tf.distribute.MirroredStrategy` (each replica holds"
-        " the whole model and its masks)",
+        " the whole model and its masks); Keras's torch backend has no"
+        " `keras.distribution`: run it under KERAS_BACKEND=jax",
     ),
     "structured_rule": Feature(
         "structured pruning while training (`maskfit.structured.prune_units`)"
         " with L1/L2, activation or your own weight importances",
         _BOTH,
+        "prune under KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax; the shrunk stock Keras"
+        " model (`shrink`) loads and trains under torch",
     ),
     "taylor_importance": Feature(
         "Taylor importances (`prune_units` or `select_units` with"
@@ -107,14 +125,20 @@ FEATURES = {
     "sparse_training": Feature(
         "dynamic sparse training (`maskfit.sparse`: `sparsify`, `SET`, `RigL`)",
         _BOTH,
+        "a static sparse `ElementMask` trains on every backend; for SET or"
+        " RigL, run it under KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax",
     ),
     "custom_rules": Feature(
         "mask rules of your own (`MaskRule` subclasses, in `keras.ops` or"
         " TensorFlow ops)",
         _BOTH,
+        "run it under KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax",
     ),
     "exact_backup": Feature(
-        "`maskfit.ExactBackupAndRestore` (resume at the exact step)", _BOTH
+        "`maskfit.ExactBackupAndRestore` (resume at the exact step)",
+        _BOTH,
+        "`keras.callbacks.BackupAndRestore` resumes at epoch boundaries (not"
+        " bit for bit); for an exact resume, run it under KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax",
     ),
     "strategies": Feature(
         "`tf.distribute` strategies (`maskfit.distribute.make_strategy`)",
@@ -125,10 +149,14 @@ FEATURES = {
         "`maskfit.custom_gradient`, `maskfit.reduce_to_shape`"
         " (on `tf.custom_gradient` or `jax.custom_gradient`)",
         _BOTH,
+        "use `torch.autograd.Function` under torch (it checks gradient shapes"
+        " itself), or run it under KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax",
     ),
     "backprop_gate": Feature(
         "`OutputMask(..., backprop=True)` (no gradient from frozen units upstream)",
         _BOTH,
+        "declare the mask with `backprop=False` (the layer's own frozen entries"
+        " hold under torch too), or run it under KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax",
     ),
 }
 """Every feature by key: its name, its backends and what to use elsewhere."""
@@ -156,9 +184,9 @@ def step_backend():
     name = backend()
     if name not in BACKENDS:
         raise RuntimeError(
-            f"maskfit trains on the {' and '.join(BACKENDS)} backends of Keras;"
-            f" this process runs Keras on '{name}'. Set KERAS_BACKEND=jax or"
-            " KERAS_BACKEND=tensorflow before importing Keras."
+            f"maskfit trains on the {', '.join(BACKENDS)} backends of Keras;"
+            f" this process runs Keras on '{name}'. Set KERAS_BACKEND to one of"
+            " them before importing Keras."
         )
     return importlib.import_module(f"maskfit.backend.{name}")
 
@@ -210,13 +238,10 @@ def check_backend(name=None):
     name = name or backend()
     if name in BACKENDS:
         return
-    tensorflow_only = [
-        row.name for row in FEATURES.values() if "jax" not in row.backends
-    ]
     raise ImportError(
-        f"maskfit runs on the Keras backends {' and '.join(BACKENDS)}; this"
+        f"maskfit runs on the Keras backends {', '.join(BACKENDS)}; this"
         f" process uses '{name}' (KERAS_BACKEND={name}), which maskfit does not"
-        " support yet. Set KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax before"
-        " the first `import keras` (README's table says what runs where; under"
-        f" JAX these need TensorFlow: {'; '.join(tensorflow_only)})."
+        " support. Set KERAS_BACKEND=tensorflow, KERAS_BACKEND=jax or"
+        " KERAS_BACKEND=torch before the first `import keras` (README's table"
+        " says what runs where)."
     )

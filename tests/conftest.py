@@ -12,6 +12,8 @@ from maskfit.step import masker as masker_lib  # noqa: E402
 # The three ways Keras runs a step; tests that promise exactness run in all.
 # Under JAX, Keras compiles a step that is not run eagerly with jax.jit either
 # way, so "graph" would repeat "jit": a `mode` test there runs eager and jit.
+# Under torch, a step that is not run eagerly is still eager unless
+# `jit_compile=True` (torch.compile), so "graph" would repeat "eager".
 MODES = {
     "eager": dict(run_eagerly=True),
     "graph": dict(),
@@ -26,8 +28,9 @@ FUSED = "graph_fused"
 # The Keras backend under test, fixed when Keras is imported (KERAS_BACKEND):
 # each backend is its own pytest invocation. A test runs under the backends
 # its `backends` marker names (`pytestmark = pytest.mark.backends("tensorflow",
-# "jax")` for a module, or on one test), under TensorFlow alone when it has
-# none; under any other backend it is deselected (and counted so).
+# "jax")` for a module, or on one test; "torch" for Keras's PyTorch backend),
+# under TensorFlow alone when it has none; under any other backend it is
+# deselected (and counted so).
 BACKEND = keras.backend.backend()
 DEFAULT_BACKENDS = ("tensorflow",)
 
@@ -88,7 +91,9 @@ def _parametrized_directly(metafunc, name):
 def pytest_generate_tests(metafunc):
     if "mode" in metafunc.fixturenames and not _parametrized_directly(metafunc, "mode"):
         names = sorted(MODES)
-        if BACKEND == "jax":
+        if BACKEND in ("jax", "torch"):
+            # JAX compiles a step that is not run eagerly either way; Keras's
+            # torch trainer runs it eagerly unless `jit_compile=True`.
             names.remove("graph")
         if (
             BACKEND == "tensorflow"
@@ -96,6 +101,13 @@ def pytest_generate_tests(metafunc):
         ):
             names = [
                 name if name == "graph" else pytest.param(name, marks=pytest.mark.slow)
+                for name in names
+            ]
+        if BACKEND == "torch":
+            # torch.compile takes minutes per model here (a jit test of the
+            # exactness matrix: 3 minutes on 2 cores): slow, all of them.
+            names = [
+                pytest.param(name, marks=pytest.mark.slow) if name == "jit" else name
                 for name in names
             ]
         if (

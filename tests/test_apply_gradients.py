@@ -9,7 +9,7 @@ import tensorflow as tf
 import maskfit
 from maskfit.apply import apply_gradients
 
-pytestmark = pytest.mark.backends("tensorflow", "jax")
+pytestmark = pytest.mark.backends("tensorflow", "jax", "torch")
 BACKEND = keras.backend.backend()
 
 
@@ -112,6 +112,7 @@ def _bad_calls(model, hidden, head):
             {
                 "tensorflow": r"3 gradients for 4 variables.*\(4, 2\)",
                 "jax": r"3 gradients for 4 variables.*in this order",
+                "torch": r"3 gradients for 4 variables.*in this order",
             },
         ),
         "unknown_path": (
@@ -120,6 +121,7 @@ def _bad_calls(model, hidden, head):
             {
                 "tensorflow": "unknown variable path",
                 "jax": r"path 'dense_kernal', which names 0.*Known paths",
+                "torch": r"path 'dense_kernal', which names 0.*Known paths",
             },
         ),
         "close_path": ({head.kernel.path + "x": good[2]}, ValueError, "Did you mean"),
@@ -134,6 +136,7 @@ def _bad_calls(model, hidden, head):
             {
                 "tensorflow": r"Gradient 3 .*shape \(3,\)",
                 "jax": r"has shape \(3,\), but the variable has shape \(2,\)",
+                "torch": r"has shape \(3,\), but the variable has shape \(2,\)",
             },
         ),
         "complex": (good[:3] + [np.ones((2,), np.complex64)], TypeError, "complex64"),
@@ -247,10 +250,12 @@ def test_plain_keras_moves_left_out_variable_under_ema():
         0.1, weight_decay=0.5, use_ema=True, ema_overwrite_frequency=3
     )
     optimizer.build(model.trainable_variables)
-    optimizer.apply(_ones(model))
-    optimizer.apply(_ones(model))
+    # Tensors: Keras's torch optimizers take no NumPy gradients.
+    ones = [keras.ops.convert_to_tensor(g) for g in _ones(model)]
+    optimizer.apply(ones)
+    optimizer.apply(ones)
     kernel = hidden.kernel.numpy().copy()
-    optimizer.apply_gradients([(np.ones((2,), np.float32), head.bias)])
+    optimizer.apply_gradients([(keras.ops.ones((2,)), head.bias)])
     assert not np.array_equal(hidden.kernel.numpy(), kernel)
 
 

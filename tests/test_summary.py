@@ -7,7 +7,7 @@ import pytest
 import maskfit
 from maskfit.summary import summary
 
-pytestmark = pytest.mark.backends("tensorflow", "jax")
+pytestmark = pytest.mark.backends("tensorflow", "jax", "torch")
 
 
 def _model(hidden_mask=None, head_mask=None):

@@ -2,7 +2,7 @@
 
 Keras 3 has no public API for a few things a drop-in `keras.Model` needs. Each
 accessor names the private member it reads, what it is for, what public API is
-missing, and the versions it was checked on, in one of five modules:
+missing, and the versions it was checked on, in one of six modules:
 
 - `models`: Keras models and layers (the functional class, the loss wrapper,
   the layer walk, `fit`'s start epoch) and TensorFlow's tracing (XLA context,
@@ -15,7 +15,9 @@ missing, and the versions it was checked on, in one of five modules:
   arguments (structured pruning's graph, layer-wise depth);
 - `jax_trainer`: Keras's JAX trainer (its metrics update, the function
   `fit` calls, the state's shardings, a callback's model without the sync
-  of the trainer's state).
+  of the trainer's state);
+- `torch_trainer`: Keras's PyTorch trainer (its `make_train_function`) and
+  the per-variable update loop its optimizers replace.
 
 Each module lists its members in its `PRIVATE_MEMBERS` (where, member, what
 it is for), says in its docstring the releases it checked them on, and
@@ -28,7 +30,14 @@ It imports Keras, TensorFlow and the standard library only: every other
 package of maskfit may import it.
 """
 
-from maskfit.internals import data, graphs, jax_trainer, models, optimizers
+from maskfit.internals import (
+    data,
+    graphs,
+    jax_trainer,
+    models,
+    optimizers,
+    torch_trainer,
+)
 from maskfit.internals.models import (
     application_layer_classes,
     attention_output_dense,
@@ -86,13 +95,14 @@ __all__ = [
     "set_method",
     "set_untracked",
     "sublayers",
+    "torch_trainer",
     "tracing_for_xla",
     "unscale_loss_for_distribution",
     "variable_key",
     "weight_decay_owner",
 ]
 
-_MODULES = (models, optimizers, data, graphs, jax_trainer)
+_MODULES = (models, optimizers, data, graphs, jax_trainer, torch_trainer)
 PRIVATE_MEMBERS = tuple(m for module in _MODULES for m in module.PRIVATE_MEMBERS)
 
 

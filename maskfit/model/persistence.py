@@ -109,6 +109,27 @@ def _from_json(array):
     return json.loads(np.asarray(array, np.uint8).tobytes().decode("utf-8"))
 
 
+_BACKEND_OPTIMIZERS = "keras.src.backend."
+
+
+def _public_optimizers(config):
+    """`config` with each backend's optimizer subclass named by its public class."""
+    if isinstance(config, list):
+        return [_public_optimizers(item) for item in config]
+    if not isinstance(config, dict):
+        return config
+    config = {k: _public_optimizers(v) for k, v in config.items()}
+    module = config.get("module")
+    if (
+        isinstance(module, str)
+        and module.startswith(_BACKEND_OPTIMIZERS)
+        and ".optimizers." in module
+        and hasattr(keras.optimizers, str(config.get("class_name")))
+    ):
+        config["module"] = "keras.optimizers"
+    return config
+
+
 class MaskedPersistence:
     """Saving and loading of `MaskedModel` and `MaskedSequential`: weights, config, pickle."""
 
@@ -240,6 +261,14 @@ class MaskedPersistence:
         if rules:
             config["mask_rules"] = rules
         return config
+
+    def get_compile_config(self):
+        # Keras's torch backend builds its own subclass of each optimizer
+        # (`keras.src.backend.torch.optimizers.torch_adamw.AdamW`) and saves
+        # that module: another backend would import torch to load the file.
+        # Saved as the public class, the file loads under every backend.
+        config = super().get_compile_config()
+        return None if config is None else _public_optimizers(config)
 
     @classmethod
     def from_config(cls, config, custom_objects=None):

@@ -181,6 +181,7 @@ def strip_pruning(model):
     >>> type(pruning.strip_pruning(model)).__name__
     'Sequential'
     """
+    support.require("structured_oneshot", "strip_pruning")
     if not isinstance(model, keras.Model):
         raise TypeError(
             "strip_pruning expects a keras.Model (the model prune_low_magnitude"

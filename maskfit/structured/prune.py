@@ -259,6 +259,7 @@ def select_units(
     >>> len(selection.removed()["hidden"]["units"])
     4
     """
+    support.require("structured_oneshot", "select_units")
     _check_model(model, "select_units")
     if not isinstance(pruning_ratio, (int, float)) or not 0 <= pruning_ratio < 1:
         raise ValueError(

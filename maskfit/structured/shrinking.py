@@ -5,6 +5,7 @@ import copy
 import keras
 import numpy as np
 
+from maskfit import support
 from maskfit.kinds.couplings.lookup import coupling_of
 from maskfit.spec import rules as rules_lib
 from maskfit.structured import prune as prune_units_lib
@@ -115,6 +116,7 @@ def shrink(model, selection=None, uniform=False):
     >>> small.get_layer("hidden").units
     4
     """
+    support.require("structured_oneshot", "shrink")
     prune_units_lib._check_model(model, "shrink")
     if selection is None:
         if isinstance(rules_lib.get_rule(model), unit_rule.UnitPruning):

@@ -18,6 +18,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from maskfit.units import pullback
+
 __all__ = [
     "BATCH",
     "Probe",
@@ -186,7 +188,7 @@ def dependencies(probe, units, covered, seed=0):
       variable's shape (affects some unit; affects several units) and, where
       it affects exactly one, that unit.
     """
-    if keras.backend.backend() == "jax":
+    if keras.backend.backend() in ("jax", "torch"):
         return _jax_dependencies(probe, units, covered, seed)
     target = probe.target
     variables = list(target.trainable_variables)
@@ -245,9 +247,8 @@ def dependencies(probe, units, covered, seed=0):
 
 
 def _jax_dependencies(probe, units, covered, seed):
-    """`dependencies` on the JAX backend: one `jax.vjp` per draw, a pull per bit side."""
-    import jax
-
+    """`dependencies` on JAX and torch: one `pullback.vjp` per draw, a pull per bit side."""
+    _dtype = lambda x: keras.backend.standardize_dtype(x.dtype)  # noqa: E731
     target = probe.target
     variables = list(target.trainable_variables)
     bits = max(1, math.ceil(math.log2(units)))
@@ -267,20 +268,20 @@ def _jax_dependencies(probe, units, covered, seed):
                 outputs = target(*args, **{**kwargs, **call_kwargs})
             return tf.nest.flatten(outputs)
 
-        flat, pull = jax.vjp(call, values)
+        flat, pull = pullback.vjp(call, values)
         segments = _check_outputs(probe, flat, units, covered)
         weights = [rng.uniform(0.5, 1.5, size=o.shape) for o, _ in segments]
         position = {id(o): i for i, o in enumerate(flat)}
         for bit, side in keys:
-            cotangents = [np.zeros(o.shape, o.dtype) for o in flat]
+            cotangents = [np.zeros(o.shape, _dtype(o)) for o in flat]
             for (output, segment), weight in zip(segments, weights):
                 chosen, _ = _selector(segment, output, bit, side)
-                cotangent = (weight * chosen).astype(output.dtype)
+                cotangent = (weight * chosen).astype(_dtype(output))
                 cotangents[position[id(output)]] = cotangent
-            (grads,) = pull([keras.ops.convert_to_tensor(c) for c in cotangents])
+            (grads,) = pull(cotangents)
             for i, grad in enumerate(grads):
                 # NaN counts as reached: never a silent pass.
-                hit[(bit, side)][i] |= np.asarray(grad) != 0
+                hit[(bit, side)][i] |= grad != 0
     found = {}
     for i, v in enumerate(variables):
         clear, set_ = ([hit[(b, s)][i] for b in range(bits)] for s in (0, 1))

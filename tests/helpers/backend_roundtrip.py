@@ -8,6 +8,7 @@ run this script in a subprocess (the JAX leg runs in the test's process):
     KERAS_BACKEND=tensorflow python tests/helpers/backend_roundtrip.py resume IN_DIR OUT_DIR
     KERAS_BACKEND=tensorflow python tests/helpers/backend_roundtrip.py pruned OUT_DIR
     KERAS_BACKEND=tensorflow python tests/helpers/backend_roundtrip.py load_pruned IN_DIR
+    KERAS_BACKEND=jax python tests/helpers/backend_roundtrip.py resume IN_DIR OUT_DIR
 
 `new` builds the model, trains it with AdamW (weight decay: a frozen entry
 moves unless maskfit holds it), and saves it; `resume` loads a saved one,
@@ -258,11 +259,16 @@ def check_pruned(in_dir):
 
 def run_on_tensorflow(*args):
     """Runs this script's `args` in a TensorFlow subprocess; asserts it passed."""
+    run_on("tensorflow", *args)
+
+
+def run_on(backend, *args):
+    """Runs this script's `args` in a subprocess on `backend`; asserts it passed."""
     import subprocess
 
     from tests.helpers import checkout
 
-    env = checkout.env(KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    env = checkout.env(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
     result = subprocess.run(
         [sys.executable, os.path.abspath(__file__), *args],
         env=env,
@@ -271,7 +277,7 @@ def run_on_tensorflow(*args):
         timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr[-4000:]
-    assert f"{args[0]}: ok under tensorflow" in result.stdout
+    assert f"{args[0]}: ok under {backend}" in result.stdout
 
 
 def main(argv):

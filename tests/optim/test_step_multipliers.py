@@ -13,7 +13,7 @@ import maskfit
 from tests.helpers.keras_versions import param_if_shipped
 from tests.step.test_exactness import OPTIMIZERS
 
-pytestmark = pytest.mark.backends("tensorflow", "jax")
+pytestmark = pytest.mark.backends("tensorflow", "jax", "torch")
 BACKEND = keras.backend.backend()
 
 RATES = {"a": 0.1, "b": 0.5, "c": 3.0, "d": 1.0, "e": 0.0}
@@ -98,6 +98,26 @@ def _jax_step(model, groups, optimizers, mode):
     return step
 
 
+def _torch_step(model, groups, optimizers, mode):
+    import torch
+
+    variables = model.trainable_variables
+
+    def step(x, y):
+        model.zero_grad()
+        loss = keras.losses.mean_squared_error(y, model(x, training=True))
+        keras.ops.mean(loss).backward()
+        by_id = {id(v): v.value.grad for v in variables}
+        with torch.no_grad():
+            for optimizer, own in zip(optimizers, groups):
+                optimizer.apply([by_id[id(v)] for v in own], own)
+
+    return step
+
+
+_STEPS = {"jax": _jax_step, "torch": _torch_step}
+
+
 def reference_run(name, mode, steps=24):
     """Stock Keras: each head trained by its own optimizer at learning rate x m."""
     inputs, outputs, layers = heads()
@@ -106,7 +126,7 @@ def reference_run(name, mode, steps=24):
     for k, optimizer in optimizers.items():
         optimizer.build(layers[k].trainable_weights)
     groups = [layers[k].trainable_weights for k in optimizers]
-    make_step = _jax_step if BACKEND == "jax" else _tensorflow_step
+    make_step = _STEPS.get(BACKEND, _tensorflow_step)
     step = make_step(model, groups, list(optimizers.values()), mode)
     x, y = data()
     for _ in range(steps // 6):
@@ -208,8 +228,9 @@ def test_gradual_unfreezing_0_then_a_tenth_then_1_in_one_trace():
     # TensorFlow: traced once, then once more when the frozen variable joins
     # the step (at step 6); 0.1 -> 1 is a new value of the same state, no
     # retrace. On JAX a variable frozen whole stays in the step (masked and
-    # held), so the schedule is values of one traced step: traced once.
-    assert len(traces) == {"tensorflow": 2, "jax": 1}[BACKEND]
+    # held), so the schedule is values of one traced step: traced once. Torch
+    # runs the step eagerly: once per batch.
+    assert len(traces) == {"tensorflow": 2, "jax": 1, "torch": 18}[BACKEND]
 
 
 @pytest.mark.backends("jax")

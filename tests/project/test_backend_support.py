@@ -1,6 +1,6 @@
 """maskfit.support: the backend table, README's copy of it, the import refusal.
 
-Runs under both backends (its `backends` marker).
+Runs under every backend (its `backends` marker).
 """
 
 import os
@@ -13,21 +13,21 @@ import pytest
 
 from maskfit import support
 
-pytestmark = pytest.mark.backends("tensorflow", "jax")
+pytestmark = pytest.mark.backends("tensorflow", "jax", "torch")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _table(path, heading):
-    """`{feature: (tensorflow cell, jax cell)}` from the table under `heading`."""
+    """`{feature: (one cell per backend)}` from the table under `heading`."""
     text = (ROOT / path).read_text()
     section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 3 or cells[0] in ("feature", "") or set(cells[0]) <= {"-"}:
+        if len(cells) < 2 or cells[0] in ("feature", "") or set(cells[0]) <= {"-"}:
             continue
-        rows[cells[0]] = (cells[1], cells[2])
+        rows[cells[0]] = tuple(cells[1:])
     return rows
 
 
@@ -66,22 +66,31 @@ def test_refusal_names_backend_feature_and_alternative(monkeypatch):
     support.require("model")  # runs on both: no error
 
 
-def test_torch_backend_import_error_says_what_runs_where():
+def test_another_backend_import_error_says_what_runs_where():
     with pytest.raises(ImportError) as caught:
-        support.check_backend("torch")
+        support.check_backend("numpy")
     message = str(caught.value)
-    assert "'torch' (KERAS_BACKEND=torch)" in message
-    assert "KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax" in message
-    for row in support.FEATURES.values():
-        assert (row.name in message) == ("jax" not in row.backends), row.name
+    assert "'numpy' (KERAS_BACKEND=numpy)" in message
     for backend in support.BACKENDS:
+        assert f"KERAS_BACKEND={backend}" in message
         support.check_backend(backend)
+
+
+def test_torch_refusal_names_the_row_and_what_to_use_instead(monkeypatch):
+    monkeypatch.setattr(support, "backend", lambda: "torch")
+    with pytest.raises(NotImplementedError) as caught:
+        support.require("magnitude_pruning", "prune_low_magnitude")
+    message = str(caught.value)
+    assert "`prune_low_magnitude` with TF-MOT's schedules" in message
+    assert "'torch' (KERAS_BACKEND=torch)" in message
+    assert "it runs on tensorflow, jax" in message
+    assert "Instead: prune under KERAS_BACKEND=tensorflow" in message
+    support.require("saving")  # runs on all three: no error
 
 
 @pytest.mark.parametrize("backend", ["numpy"])
 def test_import_under_an_unsupported_backend_fails_at_once(backend):
-    # torch is not installed here; Keras's numpy backend needs nothing more
-    # and reaches the same check.
+    # Keras's numpy backend needs nothing more than NumPy.
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
     result = subprocess.run(
         [sys.executable, "-c", "import maskfit"],

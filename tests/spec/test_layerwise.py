@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import maskfit
 from maskfit.spec.layerwise import layerwise_decay
 
-pytestmark = pytest.mark.backends("tensorflow", "jax")
+pytestmark = pytest.mark.backends("tensorflow", "jax", "torch")
 
 
 def mlp(widths=(8, 8, 8), name="mlp"):

@@ -21,7 +21,7 @@ keras_hub = pytest.importorskip(
     "keras_hub", reason="keras_hub (the [hub] extra) is not installed"
 )
 
-pytestmark = pytest.mark.backends("tensorflow", "jax")
+pytestmark = pytest.mark.backends("tensorflow", "jax", "torch")
 
 MODES = {"graph": dict(), "jit": dict(jit_compile=True)}
 # BitFit runs in both modes in the default run; the other recipes' jit cases

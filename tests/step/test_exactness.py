@@ -126,10 +126,10 @@ def train_and_check(optimizer, mode, constraint=None, model_cls=None, policy=Non
         hidden, maskfit.ElementMask({"kernel": (~freeze).astype("float32")})
     )
     hidden_kernel1 = np.array(hidden.kernel)
-    # The stateless JAX step holds the slots too; TensorFlow's restores the
+    # The JAX and torch steps hold the slots too; TensorFlow's restores the
     # variable (and its EMA average) after the update, and leaves slots be.
     slots, average = [], None
-    if BACKEND == "jax":
+    if BACKEND in ("jax", "torch"):
         slots, average = _slots_of(model.optimizer, hidden.kernel)
     slots1 = [np.array(s) for s in slots]
     model.fit(x, y, batch_size=8, epochs=2, verbose=0)
@@ -152,7 +152,7 @@ def train_and_check(optimizer, mode, constraint=None, model_cls=None, policy=Non
     return model
 
 
-@pytest.mark.backends("tensorflow", "jax")
+@pytest.mark.backends("tensorflow", "jax", "torch")
 @pytest.mark.fused_too  # also with the masked update compiled by XLA
 # Under TensorFlow its eager and jit cases run with the slow tests (.ci/run
 # runs both): README's test command keeps every optimizer in graph mode and, in
@@ -175,7 +175,7 @@ def _setting(name, setting, mode):
 
 # The settings the kitchen sink leaves out (it runs the others with every
 # optimizer), alone.
-@pytest.mark.backends("tensorflow", "jax")
+@pytest.mark.backends("tensorflow", "jax", "torch")
 @pytest.mark.parametrize("setting", ALONE)
 @pytest.mark.parametrize("name", ["AdamW", "SGD_nesterov"])
 def test_frozen_entries_hold_under_each_setting(name, setting, mode):
@@ -204,7 +204,7 @@ def test_frozen_entries_hold_under_variable_constraints(mode):
     )
 
 
-@pytest.mark.backends("tensorflow", "jax")
+@pytest.mark.backends("tensorflow", "jax", "torch")
 def test_ema_finalize_at_the_end_of_fit_cannot_move_frozen_entries():
     # No overwrite during training: only finalize_variable_values copies the
     # averages into the model, after the last step.
@@ -226,7 +226,7 @@ class NaNInFrozenEntries(maskfit.MaskedModel):
         return super().apply_grad_masks(poisoned, variables)
 
 
-@pytest.mark.backends("tensorflow", "jax")
+@pytest.mark.backends("tensorflow", "jax", "torch")
 @pytest.mark.fused_too  # also with the masked update compiled by XLA
 @pytest.mark.parametrize("name", ["SGD", "Adam"])
 def test_nan_and_inf_in_frozen_gradients_never_reach_the_weights(name, mode):

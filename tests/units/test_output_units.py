@@ -22,6 +22,7 @@ from tests.helpers import keras_versions
 
 BACKEND = keras.backend.backend()
 _BOTH = pytest.mark.backends("tensorflow", "jax")
+_ALL = pytest.mark.backends("tensorflow", "jax", "torch")
 
 L = keras.layers
 BATCH = 2
@@ -619,12 +620,12 @@ def _pieces(case, layer, rng):
 def ground_truth(case, layer, draws=3, seed=1):
     """Per variable: the unit each entry belongs to, -2 where shared, -1 if none.
 
-    From TensorFlow's tape, or under JAX from `jax.vjp`: which entries' gradients
+    From TensorFlow's tape, or under JAX and torch from a vjp: which entries' gradients
     each unit's outputs reach."""
     rng = np.random.default_rng(seed)
     variables = layer.trainable_weights
     reached = [[np.zeros(v.shape, bool) for v in variables] for _ in range(case.units)]
-    reach = _reached_by_vjp if BACKEND == "jax" else _reached_by_tape
+    reach = _reached_by_tape if BACKEND == "tensorflow" else _reached_by_vjp
     for _ in range(draws):
         reach(case, layer, variables, rng, reached)
     owners = {}
@@ -684,7 +685,8 @@ def _jax_pieces(case, layer, rng):
 
 
 def _reached_by_vjp(case, layer, variables, rng, reached):
-    import jax
+    """JAX's `jax.vjp`, or torch's autograd made into one (`maskfit.units.pullback`)."""
+    from maskfit.units import pullback
 
     outputs, layout = _jax_pieces(case, layer, rng)
 
@@ -692,7 +694,7 @@ def _reached_by_vjp(case, layer, variables, rng, reached):
         with keras.StatelessScope(state_mapping=list(zip(variables, values))):
             return [keras.ops.cast(o, "float32") for o in outputs()]
 
-    pieces, pull = jax.vjp(call, [v.value for v in variables])
+    pieces, pull = pullback.vjp(call, [v.value for v in variables])
     for unit in range(case.units):
         cotangents = []
         for piece, (axis, first) in zip(pieces, layout):
@@ -727,20 +729,26 @@ def _slow(case_id):
     return BACKEND == "tensorflow" and case_id.endswith("-cf")
 
 
-@_BOTH
+def _marks(case_id):
+    marks = [pytest.mark.slow] if _slow(case_id) else []
+    if BACKEND == "torch" and case_id.startswith("LayerNormalization-axis1"):
+        # Keras 3.15.1's torch LayerNormalization fails on any axis but the
+        # last (torch.layer_norm normalizes trailing axes only), stock too.
+        marks.append(pytest.mark.skip(reason="Keras's torch LayerNormalization"))
+    return marks
+
+
+@_ALL
 @pytest.mark.parametrize(
     "case",
-    [
-        pytest.param(c, id=c.id, marks=[pytest.mark.slow] if _slow(c.id) else [])
-        for c in CASES
-    ],
+    [pytest.param(c, id=c.id, marks=_marks(c.id)) for c in CASES],
 )
 def test_output_mask_is_correct_or_refused_on_every_keras_layer(case):
     layer, model = _build(case)
     frozen_units = np.arange(case.units) % 2 == 0
     spec = maskfit.OutputMask(np.where(frozen_units, 0.0, 1.0))
     verdict = case.verdict
-    if BACKEND == "jax" and case.id.endswith("-width-equals-filters"):
+    if BACKEND != "tensorflow" and case.id.endswith("-width-equals-filters"):
         # The TensorFlow quirk above, which maskfit finds by running it; JAX
         # adds the bias along the channels.
         verdict = R if versions.adds_channels_first_bias_on_last_axis() else C
