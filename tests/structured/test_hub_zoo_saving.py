@@ -1,0 +1,121 @@
+"""The zoo's shrunk keras_hub backbones load with Keras and keras_hub alone.
+
+Every backbone of `tests/structured/test_hub_zoo.py` that `select_units(model,
+0.5)` and `shrink` make smaller is saved to a `.keras` file; one fresh Python
+process that imports only keras, keras_hub and NumPy (maskfit is not importable
+there: its path is taken off `sys.path` and the import is refused) loads each
+file with `safe_mode=True` and gives the same outputs as the shrunk model.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import numpy as np
+import pytest
+
+import maskfit.pruning as pruning
+from tests.helpers import hub_cases, hub_zoo
+from tests.structured import test_hub_zoo
+
+keras_hub = pytest.importorskip("keras_hub", reason="needs the hub extra")
+
+pytestmark = test_hub_zoo.pytestmark
+
+# Shrunk backbones a fresh process cannot load because of keras_hub itself
+# (keras-hub 0.32), with what the error says: the shrunk ViT is a functional
+# model of keras_hub's layers, and `ViTPatchingAndEmbedding.get_config()` writes
+# `num_patches` and `num_positions`, which its `__init__` refuses
+# (`test_vit_patching_config_does_not_round_trip` below is the reproduction;
+# the `ViTBackbone` itself loads: its own config rebuilds the layer).
+KERAS_HUB_BUGS = {
+    "ViTBackbone": "Unrecognized keyword arguments passed to ViTPatchingAndEmbedding",
+}
+
+# Loads the files named in argv[1]'s index with keras and keras_hub only and
+# writes each model's flattened outputs beside its file.
+_LOADER = textwrap.dedent(
+    """
+    import importlib.abc, json, os, sys
+
+    class NoMaskfit(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == "maskfit" or name.startswith("maskfit."):
+                raise ImportError("maskfit must not be imported here: " + name)
+
+    sys.meta_path.insert(0, NoMaskfit())
+    import keras, keras_hub, numpy as np
+
+    folder = sys.argv[1]
+    errors = {}
+    for name in json.load(open(os.path.join(folder, "index.json"))):
+        try:
+            model = keras.saving.load_model(
+                os.path.join(folder, name + ".keras"), safe_mode=True
+            )
+        except Exception as error:
+            errors[name] = f"{type(error).__name__}: {error}"
+            continue
+        inputs = dict(np.load(os.path.join(folder, name + ".in.npz")))
+        if list(inputs) == ["x"]:
+            inputs = inputs["x"]
+        flat = [
+            np.asarray(keras.ops.convert_to_numpy(y), np.float64).reshape(-1)
+            for y in keras.tree.flatten(model(inputs))
+        ]
+        np.save(os.path.join(folder, name + ".out.npy"), np.concatenate(flat))
+    json.dump(errors, open(os.path.join(folder, "errors.json"), "w"))
+    print("maskfit imported:", any(m.split(".")[0] == "maskfit" for m in sys.modules))
+    """
+)
+
+
+def test_shrunk_backbones_load_with_keras_and_keras_hub_alone(tmp_path):
+    names = [n for n in hub_zoo.available() if n in test_hub_zoo.SHRUNK]
+    assert len(names) == len(test_hub_zoo.SHRUNK)
+    expected = {}
+    for name in names:
+        model, inputs = hub_zoo.build(name)
+        small = pruning.shrink(model, pruning.select_units(model, 0.5))
+        assert small.count_params() < model.count_params(), name
+        path = tmp_path / f"{name}.keras"
+        small.save(path)
+        with zipfile.ZipFile(path) as archive:  # nothing in the file names maskfit
+            assert "maskfit" not in archive.read("config.json").decode().lower()
+        arrays = inputs if isinstance(inputs, dict) else {"x": inputs}
+        np.savez(tmp_path / f"{name}.in.npz", **arrays)
+        expected[name] = hub_cases.outputs(small, inputs)
+    (tmp_path / "index.json").write_text(json.dumps(names))
+    env = {**os.environ, "PYTHONPATH": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADER, str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "maskfit imported: False" in done.stdout
+    errors = json.loads((tmp_path / "errors.json").read_text())
+    assert sorted(errors) == sorted(KERAS_HUB_BUGS), errors
+    for name, words in KERAS_HUB_BUGS.items():
+        assert words in errors[name], errors[name]
+    for name in names:
+        if name in errors:
+            continue
+        loaded = np.load(tmp_path / f"{name}.out.npy")
+        hub_cases.assert_close(loaded, expected[name])
+
+
+def test_vit_patching_config_does_not_round_trip():
+    from keras_hub.src.models.vit.vit_layers import ViTPatchingAndEmbedding
+
+    layer = ViTPatchingAndEmbedding(
+        image_size=(16, 16), patch_size=(8, 8), hidden_dim=16, num_channels=3
+    )
+    with pytest.raises(TypeError, match="num_patches"):
+        ViTPatchingAndEmbedding.from_config(layer.get_config())
