@@ -34,10 +34,12 @@ def effective(layer, view):
     return np.asarray(y, np.float64).reshape(n, -1)
 
 
-# Both slow (28 s for int8 alone): the fast suite keeps its 10 minutes.
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["int8", "int4"])
-def test_quantizing_keeps_every_pruned_entry_zero(mode):
+def _pruned_llama():
+    """A tiny keras_hub Llama pruned by SparseGPT at 50%, and its masked kernels.
+
+    Returns `(lm, found)`: `found` holds `(layer, view, pruned)` for each layer
+    `prune_oneshot` masked, `pruned` its `(in, out)` matrix of pruned entries.
+    """
     keras.utils.set_random_seed(0)
     backbone = hub_cases.backbone("llama", hidden_dim=32, intermediate_dim=64)
     lm = keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
@@ -53,6 +55,14 @@ def test_quantizing_keeps_every_pruned_entry_zero(mode):
         if spec is not None:
             view = views.kernel_view(layer)
             found.append((layer, view, view.matrix(spec.masks["kernel"] == 0) > 0.5))
+    return lm, found
+
+
+# Both slow (28 s for int8 alone): the fast suite keeps its 10 minutes.
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_quantizing_keeps_every_pruned_entry_zero(mode):
+    lm, found = _pruned_llama()
     for layer, view, pruned in found[:2]:  # an EinsumDense and a Dense read right
         matrix = effective(layer, view)
         kernel = view.matrix(keras.ops.convert_to_numpy(view.variable))
@@ -87,22 +97,8 @@ def _calibrated_config(mode, rng):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["gptq", "awq"])
 def test_calibrated_quantizers_keep_every_pruned_entry_zero(mode, monkeypatch):
-    keras.utils.set_random_seed(0)
-    backbone = hub_cases.backbone("llama", hidden_dim=32, intermediate_dim=64)
-    lm = keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
-    rng = np.random.default_rng(0)
-    config = _calibrated_config(mode, rng)
-    x = {
-        "token_ids": rng.integers(0, 50, (4, 6)).astype("int32"),
-        "padding_mask": np.ones((4, 6), "int32"),
-    }
-    maskfit.prune_oneshot(lm, [x], "sparsegpt", sparsity=0.5)
-    found = []
-    for layer in internals.sublayers(lm):
-        spec = maskfit.get_mask(layer)
-        if spec is not None:
-            view = views.kernel_view(layer)
-            found.append((layer, view, view.matrix(spec.masks["kernel"] == 0) > 0.5))
+    config = _calibrated_config(mode, np.random.default_rng(1))
+    lm, found = _pruned_llama()
     hessians = []
     if mode == "gptq":  # docs/oneshot.md's reproduction of keras#23512
         from keras.src.quantizers import gptq
