@@ -31,6 +31,7 @@ import torch
 
 from maskfit import internals
 from maskfit.apply import _pairs_to_variables
+from maskfit.backend import torch_guard
 from maskfit.optim import stateless_rates
 from maskfit.spec import declare, rules, version
 from maskfit.step import stateless
@@ -45,7 +46,8 @@ __all__ = [
 ]
 
 _CACHE_ATTR = "_maskfit_torch_masks"  # (key, StatelessMasks) on the model
-_IN_STEP_ATTR = "_maskfit_torch_in_step"  # (masks, selected) within a step
+_IN_STEP_ATTR = "_maskfit_torch_in_step"  # (masks, selected, guard) within a step
+_GUARD_ATTR = "_maskfit_torch_guard"  # (key, masks, Guard, slots) on the optimizer
 
 
 def _refuse(model, layer_specs):
@@ -98,29 +100,6 @@ def _step(optimizer):
     return keras.ops.convert_to_tensor(optimizer.iterations)
 
 
-def _held(optimizer, masks, selected, gradients, variables):
-    """`[(variable, frozen, slots, average)]`: what the update must not move.
-
-    A variable without a gradient is held whole: Keras's weight decay and
-    EMA overwrite would move it otherwise.
-    """
-    frozen = {
-        position: keras.ops.logical_not(stateless._keeps(mask))
-        for position, mask in zip(masks.positions, selected)
-    }
-    for position, gradient in enumerate(gradients):
-        if gradient is None:
-            frozen[position] = keras.ops.convert_to_tensor(True)
-    if not frozen:
-        return []
-    slots = stateless._slots(optimizer, variables)
-    held = []
-    for position, where in frozen.items():
-        own, average = slots[position]
-        held.append((variables[position], where, [s for s, _ in own], average))
-    return held
-
-
 @contextlib.contextmanager
 def _multipliers(optimizer, masks, selected, variables):
     """Steps variables with mask values other than 0 and 1 at lr x the value."""
@@ -149,51 +128,78 @@ def _multipliers(optimizer, masks, selected, variables):
 def masked_apply(optimizer, masks, gradients, variables, mask=None):
     """`optimizer.apply(gradients, variables)` with the masks' frozen entries held.
 
-    Runs under `torch.no_grad()`, on the variables' values in place.
+    Runs under `torch.no_grad()`, on the variables' values in place. Eagerly,
+    the frozen entries are held by a `maskfit.backend.torch_guard.Guard`
+    (bit operations in place, the kept bits reused across steps); under
+    `torch.compile` by a copy of each held tensor, which it traces.
 
     Args:
       optimizer: a Keras optimizer (built for `variables`, or to be built).
       masks: the `StatelessMasks` of `variables`.
       gradients: one gradient (or None) per variable.
       variables: the variables, in the masks' order.
-      mask: a function `(gradients, selected) -> gradients` that masks the
-        gradients instead of `maskfit.step.stateless.mask_gradients`; frozen
+      mask: a function `(gradients, selected, guard) -> gradients` that masks
+        the gradients instead of the guard's `mask_gradients`; frozen
         entries are held whatever it returns.
     """
     with torch.no_grad():
         if not optimizer.built:
             optimizer.build(variables)
-        selected = stateless.select(masks, _step(optimizer))
+        if torch.compiler.is_compiling():
+            _traced_apply(optimizer, masks, gradients, variables, mask)
+            return
+        guard = _guard(optimizer, masks, gradients, variables)
         if mask is None:
-            gradients = stateless.mask_gradients(masks, selected, gradients)
+            gradients = guard.mask_gradients(
+                gradients, masks, guard.selected, variables
+            )
         else:
-            gradients = list(mask(gradients, selected))
-        held = _held(optimizer, masks, selected, gradients, variables)
-        before = [
-            (variable.value.clone(), [slot.value.clone() for slot in slots])
-            for variable, _, slots, _ in held
-        ]
-        with _multipliers(optimizer, masks, selected, variables):
+            gradients = list(mask(gradients, guard.selected, guard))
+        guard.take()
+        with _multipliers(optimizer, masks, guard.selected, variables):
             optimizer.apply(gradients, variables)
-        for (variable, frozen, slots, average), (value, slot_values) in zip(
-            held, before
-        ):
-            _put_back(variable, frozen, value)
-            for slot, slot_value in zip(slots, slot_values):
-                _put_back(slot, frozen, slot_value)
-            if average is not None:
-                _put_back(average, frozen, variable.value)
+        guard.restore()
 
 
-def _put_back(variable, frozen, value):
-    """Writes `value` into `variable`'s frozen entries, in place."""
-    current = variable.value
-    frozen = torch.as_tensor(frozen, device=current.device)
-    current.copy_(torch.where(frozen, value.to(current.dtype), current))
+def _guard(optimizer, masks, gradients, variables):
+    """The `Guard` of this step's plan, built once per masks, interval and slots."""
+    intervals = tuple(_interval(b, optimizer) for b in masks.boundaries)
+    missing = frozenset(i for i, g in enumerate(gradients) if g is None)
+    slots = stateless._slots(optimizer, variables)
+    key = (id(masks), intervals, missing, id(slots))
+    cache = getattr(optimizer, _GUARD_ATTR, None)
+    if cache is not None and cache[0] == key and cache[1] is masks:
+        return cache[2]
+    selected = [t[i] for t, i in zip(masks.tables, intervals)]
+    guard = torch_guard.Guard(masks, selected, missing, slots, variables)
+    guard.selected = selected
+    internals.set_untracked(optimizer, _GUARD_ATTR, (key, masks, guard, slots))
+    return guard
+
+
+def _interval(boundaries, optimizer):
+    """Which interval of a schedule is in force at the optimizer's step (on the host)."""
+    if boundaries.shape[0] == 0:
+        return 0
+    step = torch.as_tensor(int(optimizer.iterations.value), dtype=boundaries.dtype)
+    return int(torch.searchsorted(boundaries, step, right=True))
+
+
+def _traced_apply(optimizer, masks, gradients, variables, mask):
+    """`masked_apply` under `torch.compile`: each held tensor copied, then put back."""
+    selected = stateless.select(masks, _step(optimizer))
+    if mask is None:
+        gradients = stateless.mask_gradients(masks, selected, gradients)
+    else:
+        gradients = list(mask(gradients, selected, None))
+    restore = torch_guard.copied(optimizer, masks, selected, gradients, variables)
+    with _multipliers(optimizer, masks, selected, variables):
+        optimizer.apply(gradients, variables)
+    restore()
 
 
 def _step_masks(model):
-    """`(masks, selected)` of the step running, or None outside one."""
+    """`(masks, selected, guard)` of the step running, or None outside one."""
     return getattr(model, _IN_STEP_ATTR, None)
 
 
@@ -226,9 +232,9 @@ def train_step(model, data):
         gradients = [v.value.grad for v in variables]
         masks = model_masks(model, variables)
 
-        def mask(gradients, selected):
+        def mask(gradients, selected, guard):
             previous = _step_masks(model)
-            internals.set_untracked(model, _IN_STEP_ATTR, (masks, selected))
+            internals.set_untracked(model, _IN_STEP_ATTR, (masks, selected, guard))
             try:
                 return model.apply_grad_masks(gradients, variables)
             finally:
@@ -248,7 +254,9 @@ def apply_grad_masks(model, gradients, variables):
     """
     in_step = _step_masks(model)
     if in_step is not None:
-        masks, selected = in_step
+        masks, selected, guard = in_step
+        if guard is not None:
+            return guard.mask_gradients(gradients, masks, selected, variables)
     else:
         masks = model_masks(model, variables)
         selected = stateless.select(masks, _step(model.optimizer))

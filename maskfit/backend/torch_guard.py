@@ -1,0 +1,231 @@
+"""The guard of the torch update: frozen entries put back with bit operations.
+
+Keras's torch optimizers update every variable in place, so the frozen
+entries of a masked variable, of its optimizer slots of its shape and of its
+EMA average are put back after `optimizer.apply`. `Guard` does it with
+integer views of the raw bits, in place: each tensor `t` is restored as
+`t = (t & keep) | kept`, where `keep` is all ones where an entry learns and
+zeros where it is frozen, and `kept` holds the frozen entries' bits from
+before the update (zeros elsewhere). Two in-place passes, no allocation, and
+exact for every value, -0.0 and each NaN payload included.
+
+The kept bits are taken once and reused across steps: after each restore,
+the guard notes the tensor's version counter (`Tensor._version`, bumped by
+every in-place write), and takes the bits again only when something else
+wrote to the tensor since (`assign`, a load, another optimizer). A variable
+or slot whose mask is all ones is not held at all, and a tensor the update
+left untouched is not restored. Everything a step needs per variable is
+worked out once per mask version and interval (`Guard.plan`).
+"""
+
+import keras
+import torch
+
+from maskfit.step import stateless
+
+__all__ = ["Guard", "copied", "int_view"]
+
+_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def int_view(tensor):
+    """`tensor`'s bits as signed integers of its element size (a view, no copy)."""
+    return tensor.view(_INT[tensor.element_size()])
+
+
+def _keep_bits(frozen, dtype):
+    """All ones where an entry learns, zeros where frozen, as integers of `dtype`'s size."""
+    int_dtype = _INT[torch.empty((), dtype=dtype).element_size()]
+    return torch.where(
+        frozen, torch.zeros((), dtype=int_dtype), torch.full((), -1, dtype=int_dtype)
+    )
+
+
+class _Kept:
+    """One tensor's frozen bits, with the version counter at which they hold."""
+
+    __slots__ = ("source", "tensor", "keep", "bits", "version")
+
+    def __init__(self, source, keep):
+        self.source = source  # the Keras variable; its tensor may be replaced
+        self.tensor = source.value
+        self.keep = keep  # None: the whole tensor is held
+        self.bits = None
+        self.version = -1
+
+    def take(self):
+        """Reads the frozen bits again when the tensor was written since the last restore."""
+        tensor = self.source.value
+        if tensor is not self.tensor:
+            self.tensor, self.bits = tensor, None
+        if self.bits is not None and tensor._version == self.version:
+            return
+        if self.keep is None:
+            self.bits = tensor.detach().clone()
+        else:
+            self.bits = torch.bitwise_and(
+                int_view(tensor), torch.bitwise_not(self.keep)
+            )
+        self.version = tensor._version
+
+    def restore(self, bits=None):
+        """Puts the frozen bits back (`bits`: another tensor's, for an EMA average)."""
+        tensor = self.tensor
+        if bits is None:
+            if tensor._version == self.version:
+                return  # the update did not write it
+            bits = self.bits
+        if self.keep is None:
+            tensor.copy_(bits)
+        else:
+            int_view(tensor).bitwise_and_(self.keep).bitwise_or_(bits)
+        self.version = tensor._version
+
+
+class _Held:
+    """A held variable: its own kept bits, its slots', its EMA average's."""
+
+    __slots__ = ("variable", "slots", "average")
+
+    def __init__(self, variable, keep, slots, average):
+        self.variable = _Kept(variable, keep)
+        self.slots = [_Kept(slot, keep) for slot in slots]
+        self.average = None if average is None else _Kept(average, keep)
+
+
+class Guard:
+    """Holds the frozen entries of one optimizer's masked variables across `apply`.
+
+    Built per plan: the masks in force (`selected`, one per masked position),
+    the positions without a gradient (held whole), and the optimizer's slots.
+
+    Args:
+      masks: the `StatelessMasks` of `variables`.
+      selected: the mask in force per masked position (bool, or numbers).
+      missing: positions whose gradient is None, held whole.
+      slots: per variable, `(slots, average)` as `maskfit.step.stateless._slots`.
+      variables: the Keras variables, in the masks' order.
+
+    Example:
+
+    >>> import torch
+    >>> int_view(torch.tensor([-0.0])).tolist()
+    [-2147483648]
+    """
+
+    def __init__(self, masks, selected, missing, slots, variables):
+        self.frozen = {}  # position: bool tensor of the mask's shape
+        held = []
+        for position, mask in zip(masks.positions, selected):
+            mask = torch.as_tensor(mask)
+            frozen = ~mask if mask.dtype == torch.bool else mask == 0
+            if position in missing or not bool(frozen.any()):
+                continue  # all ones: nothing to hold (missing: held whole below)
+            self.frozen[position] = frozen
+            value = variables[position].value
+            keep = _keep_bits(frozen.to(value.device), value.dtype)
+            held.append((position, keep))
+        held.extend((position, None) for position in sorted(missing))
+        self.held = []
+        for position, keep in held:
+            own, average = slots[position]
+            self.held.append(
+                _Held(variables[position], keep, [s for s, _ in own], average)
+            )
+
+    def take(self):
+        """Before the update: the frozen bits, read again only where written since."""
+        for held in self.held:
+            held.variable.take()
+            for slot in held.slots:
+                slot.take()
+
+    def restore(self):
+        """After the update: the frozen entries put back, bit for bit, in place."""
+        for held in self.held:
+            held.variable.restore()
+            for slot in held.slots:
+                slot.restore()
+            if held.average is not None:
+                held.average.restore(held.variable.bits)
+                held.average.version = -1  # its bits are the variable's
+
+    def mask_gradients(self, gradients, masks, selected, variables):
+        """`gradients`, 0 at frozen entries (NaN and Inf too); in place on `.grad`.
+
+        A gradient that is its variable's `.grad` (Keras's torch step) is
+        masked in place; any other is left as passed and a masked copy
+        returned. Values of a `scale="gradient"` mask other than 0 and 1
+        scale the gradient.
+        """
+        gradients = list(gradients)
+        for position, mask, scale in zip(masks.positions, selected, masks.scales):
+            gradient = gradients[position]
+            if gradient is None:
+                continue
+            mask = torch.as_tensor(mask)
+            if scale == "gradient" and mask.dtype != torch.bool:
+                gradient = gradient * mask.to(gradient.dtype)
+            frozen = self.frozen.get(position)
+            if frozen is None:
+                gradients[position] = gradient
+            elif gradient is variables[position].value.grad:
+                gradients[position] = gradient.masked_fill_(frozen, 0)
+            else:
+                gradients[position] = gradient.masked_fill(frozen, 0)
+        return gradients
+
+
+def _held(optimizer, masks, selected, gradients, variables):
+    """`[(variable, frozen, slots, average)]`: what the update must not move.
+
+    A variable without a gradient is held whole: Keras's weight decay and
+    EMA overwrite would move it otherwise.
+    """
+    frozen = {
+        position: keras.ops.logical_not(stateless._keeps(mask))
+        for position, mask in zip(masks.positions, selected)
+    }
+    for position, gradient in enumerate(gradients):
+        if gradient is None:
+            frozen[position] = keras.ops.convert_to_tensor(True)
+    if not frozen:
+        return []
+    slots = stateless._slots(optimizer, variables)
+    held = []
+    for position, where in frozen.items():
+        own, average = slots[position]
+        held.append((variables[position], where, [s for s, _ in own], average))
+    return held
+
+
+def copied(optimizer, masks, selected, gradients, variables):
+    """Copies what the update must not move; returns a function that puts it back.
+
+    The guard under `torch.compile`, which traces plain copies and
+    `torch.where` (not the version counters `Guard` reads).
+    """
+    held = _held(optimizer, masks, selected, gradients, variables)
+    before = [
+        (variable.value.clone(), [slot.value.clone() for slot in slots])
+        for variable, _, slots, _ in held
+    ]
+
+    def restore():
+        for (variable, frozen, slots, average), (value, slot_values) in zip(
+            held, before
+        ):
+            _put_back(variable, frozen, value)
+            for slot, slot_value in zip(slots, slot_values):
+                _put_back(slot, frozen, slot_value)
+            if average is not None:
+                _put_back(average, frozen, variable.value)
+
+    return restore
+
+
+def _put_back(variable, frozen, value):
+    """Writes `value` into `variable`'s frozen entries, in place."""
+    current = variable.value
+    frozen = torch.as_tensor(frozen, device=current.device)
+    current.copy_(torch.where(frozen, value.to(current.dtype), current))

@@ -1,0 +1,85 @@
+"""The torch guard (`maskfit.backend.torch_guard`): kept bits reused, and read again when written.
+
+The guard keeps a frozen entry's bits across steps and takes them again only
+when something other than the update wrote the tensor (its version counter
+moved). These tests write frozen entries of a variable and of an optimizer
+slot between `fit` calls, with -0.0 and a NaN payload among the values, and
+expect exactly those bits after more steps; and a mask of all ones (not held
+at all) to train bit for bit as stock Keras does.
+"""
+
+import keras
+import numpy as np
+import pytest
+
+import maskfit
+
+pytestmark = pytest.mark.backends("torch")
+
+# -0.0, a quiet NaN with a payload, and two plain values: their bits must survive.
+_ODD_BITS = np.array([0x80000000, 0x7FC00123, 0x40600000, 0xC0E80000], np.uint32)
+_ODD = _ODD_BITS.view(np.float32)
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(16, 4)).astype("float32"), rng.normal(size=(16, 3))
+
+
+def _model(model_class, mask=None):
+    keras.utils.set_random_seed(0)
+    model = model_class([keras.Input((4,)), keras.layers.Dense(3)])
+    if mask is not None:
+        maskfit.set_mask(model.layers[0], mask)
+    model.compile(
+        keras.optimizers.AdamW(0.05, weight_decay=0.1, use_ema=True), loss="mse"
+    )
+    return model
+
+
+def _bits(variable):
+    return np.asarray(keras.ops.convert_to_numpy(variable)).view(np.uint32)
+
+
+def _fit(model, epochs):
+    x, y = _data()
+    model.fit(x, y, batch_size=8, epochs=epochs, shuffle=False, verbose=0)
+
+
+def test_frozen_entries_written_between_steps_hold_their_new_bits():
+    model = _model(maskfit.MaskedSequential, maskfit.OutputMask([1, 0, 1]))
+    _fit(model, 1)  # the guard has taken its bits
+    kernel = model.layers[0].kernel
+    value = keras.ops.convert_to_numpy(kernel).copy()
+    value[:, 1] = _ODD
+    kernel.assign(value)
+    _fit(model, 2)
+    np.testing.assert_array_equal(_bits(kernel)[:, 1], _ODD_BITS)
+
+
+def test_frozen_slot_entries_written_between_steps_hold_their_new_bits():
+    model = _model(maskfit.MaskedSequential, maskfit.OutputMask([1, 0, 1]))
+    _fit(model, 1)
+    kernel = model.layers[0].kernel
+    slots = [
+        v
+        for v in model.optimizer.variables
+        if tuple(v.shape) == tuple(kernel.shape) and "average" not in v.path
+    ]
+    assert len(slots) == 2  # AdamW's two moments
+    for slot in slots:
+        value = keras.ops.convert_to_numpy(slot).copy()
+        value[:, 1] = _ODD
+        slot.assign(value)
+    _fit(model, 2)
+    for slot in slots:
+        np.testing.assert_array_equal(_bits(slot)[:, 1], _ODD_BITS)
+
+
+def test_a_mask_of_all_ones_trains_as_stock_keras():
+    stock = _model(keras.Sequential)
+    masked = _model(maskfit.MaskedSequential, maskfit.OutputMask([1, 1, 1]))
+    _fit(stock, 2)
+    _fit(masked, 2)
+    for ours, theirs in zip(masked.weights, stock.weights):
+        np.testing.assert_array_equal(_bits(ours), _bits(theirs))
