@@ -21,6 +21,7 @@ worked out once per mask version and interval (`Guard.plan`).
 import keras
 import torch
 
+from maskfit import internals
 from maskfit.step import stateless
 
 __all__ = ["Guard", "copied", "int_view"]
@@ -58,7 +59,10 @@ class _Kept:
         tensor = self.source.value
         if tensor is not self.tensor:
             self.tensor, self.bits = tensor, None
-        if self.bits is not None and tensor._version == self.version:
+        if (
+            self.bits is not None
+            and internals.torch_trainer.tensor_version(tensor) == self.version
+        ):
             return
         if self.keep is None:
             self.bits = tensor.detach().clone()
@@ -66,20 +70,20 @@ class _Kept:
             self.bits = torch.bitwise_and(
                 int_view(tensor), torch.bitwise_not(self.keep)
             )
-        self.version = tensor._version
+        self.version = internals.torch_trainer.tensor_version(tensor)
 
     def restore(self, bits=None):
         """Puts the frozen bits back (`bits`: another tensor's, for an EMA average)."""
         tensor = self.tensor
         if bits is None:
-            if tensor._version == self.version:
+            if internals.torch_trainer.tensor_version(tensor) == self.version:
                 return  # the update did not write it
             bits = self.bits
         if self.keep is None:
             tensor.copy_(bits)
         else:
             int_view(tensor).bitwise_and_(self.keep).bitwise_or_(bits)
-        self.version = tensor._version
+        self.version = internals.torch_trainer.tensor_version(tensor)
 
 
 class _Held:
@@ -115,6 +119,7 @@ class Guard:
 
     def __init__(self, masks, selected, missing, slots, variables):
         self.frozen = {}  # position: bool tensor of the mask's shape
+        self.keeps = {}  # position: its keep bits (all ones where it learns)
         held = []
         for position, mask in zip(masks.positions, selected):
             mask = torch.as_tensor(mask)
@@ -124,6 +129,7 @@ class Guard:
             self.frozen[position] = frozen
             value = variables[position].value
             keep = _keep_bits(frozen.to(value.device), value.dtype)
+            self.keeps[position] = keep
             held.append((position, keep))
         held.extend((position, None) for position in sorted(missing))
         self.held = []
@@ -170,7 +176,8 @@ class Guard:
             if frozen is None:
                 gradients[position] = gradient
             elif gradient is variables[position].value.grad:
-                gradients[position] = gradient.masked_fill_(frozen, 0)
+                # +0.0 where frozen (all bits cleared): one pass, in place.
+                int_view(gradient).bitwise_and_(self.keeps[position])
             else:
                 gradients[position] = gradient.masked_fill(frozen, 0)
         return gradients

@@ -37,6 +37,14 @@ PRIVATE_MEMBERS = (
         " cannot take a per-entry learning rate, so a step with multipliers"
         " decays per variable instead.",
     ),
+    (
+        "torch.Tensor",
+        "_version",
+        "torch's count of in-place writes to a tensor: the torch guard"
+        " (`maskfit.backend.torch_guard`) takes a frozen entry's bits again"
+        " only when something other than the update wrote the tensor since its"
+        " last restore; no public way to ask whether a tensor was written.",
+    ),
 )
 
 
@@ -102,6 +110,11 @@ def per_variable_update(optimizer, ids):
     return undo_all
 
 
+def tensor_version(tensor):
+    """How many in-place writes `tensor` has had (torch's version counter)."""
+    return tensor._version
+
+
 def missing_members():
     """Returns `[(where, member)]` for every listed member this install lacks.
 
@@ -113,8 +126,11 @@ def missing_members():
     except ImportError:
         return []
     base = importlib.import_module(_BASE_OPTIMIZER).BaseOptimizer
+    import torch
+
     owners = {
         f"{_TRAINER}.TorchTrainer": trainer,
         f"{_BASE_OPTIMIZER}.BaseOptimizer": base,
+        "torch.Tensor": torch.zeros(()),  # `_version` is an instance's
     }
     return [(w, m) for w, m, _ in PRIVATE_MEMBERS if not hasattr(owners[w], m)]

@@ -83,3 +83,24 @@ def test_a_mask_of_all_ones_trains_as_stock_keras():
     _fit(masked, 2)
     for ours, theirs in zip(masked.weights, stock.weights):
         np.testing.assert_array_equal(_bits(ours), _bits(theirs))
+
+
+class _Recording(maskfit.MaskedSequential):
+    """Keeps a copy of each gradient the masking stage returns."""
+
+    def apply_grad_masks(self, gradients, variables):
+        masked = super().apply_grad_masks(gradients, variables)
+        self.seen = [
+            None if g is None else keras.ops.convert_to_numpy(g) for g in masked
+        ]
+        return masked
+
+
+def test_the_masking_stage_returns_zeros_at_frozen_entries_in_the_step():
+    model = _model(_Recording, maskfit.OutputMask([1, 0, 1]))
+    _fit(model, 1)
+    kernel, bias = model.seen
+    for gradient in (kernel, bias):
+        np.testing.assert_array_equal(gradient[..., 1], 0.0)
+        assert not np.signbit(gradient[..., 1]).any()  # +0.0, not -0.0
+        assert np.all(gradient[..., 0] != 0)
