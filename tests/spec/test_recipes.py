@@ -30,6 +30,10 @@ JIT_SLOW = ["graph", pytest.param("jit", marks=pytest.mark.slow)]
 BOTH = list(MODES)
 if keras.backend.backend() == "jax":
     BOTH = JIT_SLOW = ["jit"]
+elif keras.backend.backend() == "torch":
+    # torch.compile of the BERT step: about a minute on 2 CPU cores, most of
+    # the torch fast suite's time; the slow tests keep it.
+    BOTH = JIT_SLOW
 
 
 def classifier():
