@@ -12,11 +12,10 @@ The masking math is `maskfit.step.stateless`'s, in `keras.ops` (`select`,
 `mask_gradients`, the masks as `StatelessMasks` read on the host when a
 declaration changes: `set_mask` after `compile()` reaches the next step, and
 a `PiecewiseMask` switches at the exact optimizer step). The update is
-guarded as TensorFlow's is (`maskfit.step.update`): Keras's torch optimizers
-update all variables at once in place (`torch._foreach_*`), so each masked
-variable, its optimizer slots of its shape and its EMA average are read
-before `optimizer.apply` and their frozen entries put back after it, bit for
-bit. An EMA average takes the variable's value there, so that
+guarded: Keras's torch optimizers update all variables at once in place
+(`torch._foreach_*`), so the frozen entries of each masked variable, of its
+optimizer slots of its shape and of its EMA average are put back after
+`optimizer.apply`, bit for bit, by `maskfit.backend.torch_guard`. An EMA average takes the variable's value there, so that
 `finalize_variable_values` (the end of `fit`) cannot move a frozen entry.
 Learning-rate multipliers (mask values other than 0 and 1) use
 `maskfit.optim.stateless_rates`, with the optimizer's per-variable
