@@ -254,6 +254,7 @@ def test_one_shot_on_a_trained_model_then_fine_tuning():
     assert check.checked == 4
 
 
+@pytest.mark.backends("tensorflow", "jax")
 def test_taylor_importance_sums_weight_times_gradient_over_the_steps():
     # With a learning rate of 0 the weights do not move, so the gradual rule's
     # sum over steps 1-3 (the update in step 4 comes before its gradients)
