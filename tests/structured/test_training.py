@@ -157,6 +157,7 @@ def test_removed_units_are_exactly_zero_after_every_step(name, mode):
     assert small.get_layer("stem").units == 4 and small.get_layer("dense").units == 3
 
 
+@pytest.mark.backends("tensorflow", "jax")
 def test_resuming_mid_schedule_gives_the_weights_of_an_uninterrupted_run(tmp_path):
     # With Taylor importance: the sums since the last update are saved too.
     x, y = data(64)
