@@ -118,9 +118,10 @@ FEATURES = {
     "taylor_importance": Feature(
         "Taylor importances (`prune_units` or `select_units` with"
         ' `importance="taylor"`)',
-        _TF,
-        "an L1/L2 or activation importance (`ActivationImportance`), or "
-        + _ON_TENSORFLOW,
+        _BOTH,
+        "an L1/L2 or activation importance (`ActivationImportance`) trains on"
+        " every backend; for Taylor, run it under KERAS_BACKEND=tensorflow or"
+        " KERAS_BACKEND=jax",
     ),
     "sparse_training": Feature(
         "dynamic sparse training (`maskfit.sparse`: `sparsify`, `SET`, `RigL`)",

@@ -169,16 +169,22 @@ def _optimizer_step(optimizer):
     return keras.ops.convert_to_tensor(optimizer.iterations)
 
 
-def _step_with_masks(model, gradients=False):
+def _step_with_masks(model, gradients=False, sums=None):
     """`model.train_step` as a function of `(state, data, masks)`: what is compiled.
 
     With `gradients`, the function returns `(logs, state, gradients)`: the
     step's dense gradients too (of the loss as `optimizer.scale_loss` scaled
-    it, not masked), for a rule that `uses_gradients`.
+    it, not masked), for a rule that `uses_gradients`. With `sums` (a
+    `maskfit.backend.jax_taylor.GradientSums`), the state carries the Taylor
+    sums after its four lists, and the step adds its own to them.
     """
 
     def step(state, data, masks):
-        captured = [] if gradients else None
+        carried = None
+        if sums is not None:
+            state, carried = tuple(state[:4]), state[4]
+        before = state
+        captured = [] if gradients or sums is not None else None
         internals.set_untracked(model, _IN_STEP_ATTR, (masks, None))
         internals.set_untracked(model, _CAPTURE_ATTR, captured)
         try:
@@ -186,16 +192,21 @@ def _step_with_masks(model, gradients=False):
         finally:
             internals.set_untracked(model, _IN_STEP_ATTR, None)
             internals.set_untracked(model, _CAPTURE_ATTR, None)
-        if not gradients:
+        if captured is None:
             return logs, state
         if len(captured) != 1:
             raise ValueError(
                 f"Model '{model.name}' carries a mask rule that reads the step's"
-                f" gradients (uses_gradients), but its train_step computed"
-                f" gradients {len(captured)} times (expected once, in"
-                " maskfit's train_step). Call super().train_step(state, data)"
-                " once, or remove the rule."
+                f" gradients (uses_gradients or observes_gradients), but its"
+                f" train_step computed gradients {len(captured)} times (expected"
+                " once, in maskfit's train_step). Call"
+                " super().train_step(state, data) once, or remove the rule."
             )
+        if sums is not None:
+            added = sums.added(model, carried, before[0], captured[0], before[2])
+            state = tuple(state) + (added,)
+        if not gradients:
+            return logs, state
         return logs, state, captured[0]
 
     return step
@@ -237,13 +248,15 @@ def make_train_function(model, force=False):
 
     compiled = not model.run_eagerly and model.jit_compile
 
-    def compile_step(gradients):
-        step = _step_with_masks(model, gradients)
+    def compile_step(gradients, sums=None):
+        step = _step_with_masks(model, gradients, sums)
         if not compiled:
             return step
         out_shardings = None
         if keras.distribution.distribution() is not None:
             shardings = internals.jax_trainer.state_shardings(model)
+            if sums is not None:  # each sum laid out like its variable
+                shardings = tuple(shardings) + (sums.shardings(shardings[0]),)
             out_shardings = (None, shardings, None) if gradients else (None, shardings)
         return jax.jit(step, donate_argnums=0, out_shardings=out_shardings)
 

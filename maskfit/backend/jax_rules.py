@@ -98,6 +98,12 @@ class HostRules:
             self._joined = (key, joined, masks, pending)
         return self._joined[1]
 
+    def updating(self, step):
+        """The groups whose rule updates at optimizer `step` (an int)."""
+        if self.last is not None and step > self.last:
+            return []
+        return self._due(step)
+
     def needs_gradients(self, step):
         """Whether a rule that `uses_gradients` updates after the step at `step`."""
         if self.last is not None and step > self.last:

@@ -8,6 +8,8 @@ from maskfit.step import lifecycle as lifecycle_lib
 __all__ = ["MaskedTraining", "all_trainable_variables", "keep_masks", "masker_of"]
 
 _LIFECYCLE_ATTR = "_maskfit_step_lifecycle"
+# Set by `maskfit.backend.jax_taylor` (`ATTR`): the sums the JAX step carries.
+_JAX_SUMS_ATTR = "_maskfit_jax_sums"
 
 
 class MaskedTraining:
@@ -72,6 +74,17 @@ class MaskedTraining:
         that runs that step.
         """
         return support.step_backend().make_train_function(self, force=force)
+
+    def jax_state_sync(self):
+        """Writes the JAX trainer's state into the variables (Keras does it at
+        the end of `fit` and when a callback reads its `model`), and the
+        Taylor sums the JAX step carries into their rule's variables."""
+        sync = getattr(super(), "jax_state_sync", None)
+        if sync is not None:
+            sync()
+        sums = getattr(self, _JAX_SUMS_ATTR, None)
+        if sums:
+            sums.write()
 
     def _maskfit_lifecycle(self):
         lifecycle = getattr(self, _LIFECYCLE_ATTR, None)

@@ -15,6 +15,7 @@ from maskfit.structured import rule as unit_rule
 from maskfit.structured.graph import dependency as unit_graph
 from maskfit.structured.graph import keras_graph
 from maskfit.structured.scoring import choice as unit_choice
+from maskfit.structured.scoring import taylor
 
 __all__ = ["UnitSelection", "prune_units", "select_units", "unit_selection"]
 
@@ -278,7 +279,7 @@ def select_units(
     accumulated = {}
     if rule.importance.needs_gradients:
         support.require("taylor_importance", "select_units")
-        accumulated = _taylor_sums(
+        accumulated = taylor.one_shot_sums(
             model, variables, rule.importance, data, loss, batch_size
         )
     weights = [tf.convert_to_tensor(v) for v in variables]
@@ -307,45 +308,6 @@ class _Masks:
         if each is None:
             return None
         return unit_choice.keep_mask(self._plan, self._keep, each.variable).numpy()
-
-
-def _taylor_sums(model, variables, importance, data, loss, batch_size):
-    if data is None or loss is None:
-        raise ValueError(
-            "select_units with TaylorImportance needs data=(x, y) and a loss to"
-            " take gradients on. Received: data is None or loss is None."
-        )
-    x, y = data
-    loss_fn = keras.losses.get(loss)
-    sums = {id(v): tf.Variable(tf.zeros(tuple(v.shape))) for v in variables}
-    count = len(keras.tree.flatten(x)[0])
-    # Gradients as training takes them (training=True: batch statistics),
-    # with the model's state (moving averages) put back after.
-    state = [(v, v.numpy()) for v in model.non_trainable_variables]
-    try:
-        for start in range(0, count, batch_size):
-            batch_x = keras.tree.map_structure(
-                lambda a, start=start: a[start : start + batch_size], x
-            )
-            batch_y = keras.tree.map_structure(
-                lambda a, start=start: a[start : start + batch_size], y
-            )
-            with tf.GradientTape() as tape:
-                value = loss_fn(batch_y, model(batch_x, training=True))
-                value += sum(model.losses)  # regularizers, as fit adds them
-            gradients = tape.gradient(value, variables)
-            for variable, gradient in zip(variables, gradients):
-                if gradient is not None:
-                    sums[id(variable)].assign_add(
-                        importance.accumulate(
-                            tf.convert_to_tensor(variable),
-                            tf.convert_to_tensor(gradient),
-                        )
-                    )
-    finally:
-        for variable, value in state:
-            variable.assign(value)
-    return sums
 
 
 def unit_selection(model):

@@ -117,7 +117,7 @@ class UnitPruning(rules_lib.MaskRule):
 
     @property
     def backend_feature(self):
-        """`maskfit.support.FEATURES`' row: Taylor importances run on TensorFlow only."""
+        """`maskfit.support.FEATURES`' row (Taylor importances have their own)."""
         return "taylor_importance" if self.observes_gradients else "structured_rule"
 
     def plan(self, model):
@@ -286,6 +286,24 @@ class UnitPruning(rules_lib.MaskRule):
             score = self.importance.accumulate(tf.convert_to_tensor(variable), gradient)
             total.assign_add(tf.cast(score, tf.float32) * live)
 
+    def gradient_sums(self, variables):
+        """The Taylor sums `observe_gradients` adds to, one per variable (None
+        for one it does not sum), for a step that carries them as values (JAX)."""
+        entry = self._entry_for(variables)
+        return [
+            entry.sum_of.get(id(entry.plan.by_id[id(v)].variable)) for v in variables
+        ]
+
+    def added_by_gradient(self, step, value, gradient):
+        """What `observe_gradients` adds to one variable's sum at optimizer
+        `step`, in `keras.ops` (no state): `|w * g|`, or 0 past the last update."""
+        score = keras.ops.cast(self.importance.accumulate(value, gradient), "float32")
+        last = self.last_update_step()
+        if last is None:
+            return score
+        live = keras.ops.less_equal(step, last)
+        return score * keras.ops.cast(live, "float32")
+
     def get_config(self):
         return {
             "pruning_schedule": keras.saving.serialize_keras_object(
@@ -342,7 +360,11 @@ def _taylor_sums(model, variables):
     kept (`ONLY_FIRST_REPLICA`).
     """
     keys = paths.variable_keys(model, variables)
-    with tf.init_scope(), model.distribute_strategy.scope():
+    # Keras models have a strategy on TensorFlow only (JAX: the default one).
+    strategy = (
+        getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
+    )
+    with tf.init_scope(), strategy.scope():
         return {
             key: tf.Variable(
                 tf.zeros(tuple(v.shape), tf.float32),

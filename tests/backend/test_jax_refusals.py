@@ -53,20 +53,6 @@ class _OwnRule(rules.MaskRule):
 @pytest.mark.parametrize(
     "feature, call",
     [
-        (
-            "taylor_importance",
-            lambda: pruning.prune_units(_model(), importance="taylor"),
-        ),
-        (
-            "taylor_importance",
-            lambda: pruning.select_units(
-                _model(),
-                0.5,
-                importance="taylor",
-                data=(np.ones((4, 4)), np.ones((4, 2))),
-                loss="mse",
-            ),
-        ),
         ("strategies", lambda: maskfit.distribute.make_strategy("default")),
     ],
 )
@@ -89,12 +75,13 @@ def test_rules_of_your_own_and_sparse_training_are_not_refused():
     pruning.prune_units(_model(), importance="l1")
 
 
-def test_a_taylor_unit_rule_is_refused_at_set_rule_and_changes_nothing():
+def test_a_taylor_unit_rule_is_not_refused():
+    # Its sums travel through the compiled step (maskfit.backend.jax_taylor).
     model = _model()
     rule = pruning.UnitPruning(pruning.ConstantSparsity(0.5, 0), importance="taylor")
-    message = _refused("taylor_importance", lambda: rules.set_rule(model, rule))
-    assert "a UnitPruning rule on layer" in message
-    assert rules.get_rule(model) is None
+    rules.set_rule(model, rule)
+    assert rules.get_rule(model) is rule
+    pruning.prune_units(_model(), importance="taylor")
 
 
 class _Observing(_OwnRule):

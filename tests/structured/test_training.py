@@ -157,6 +157,7 @@ def test_removed_units_are_exactly_zero_after_every_step(name, mode):
     assert small.get_layer("stem").units == 4 and small.get_layer("dense").units == 3
 
 
+@pytest.mark.backends("tensorflow", "jax")
 def test_resuming_mid_schedule_gives_the_weights_of_an_uninterrupted_run(tmp_path):
     # With Taylor importance: the sums since the last update are saved too.
     x, y = data(64)
@@ -254,6 +255,7 @@ def test_one_shot_on_a_trained_model_then_fine_tuning():
     assert check.checked == 4
 
 
+@pytest.mark.backends("tensorflow", "jax")
 def test_taylor_importance_sums_weight_times_gradient_over_the_steps():
     # With a learning rate of 0 the weights do not move, so the gradual rule's
     # sum over steps 1-3 (the update in step 4 comes before its gradients)

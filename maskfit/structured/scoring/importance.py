@@ -54,7 +54,11 @@ class Importance(ConfigValue):
         )
 
     def accumulate(self, value, gradient):
-        """What one step adds to `accumulated` (for `needs_gradients`)."""
+        """What one step adds to `accumulated` (for `needs_gradients`).
+
+        Written in `keras.ops`: under JAX the compiled step calls it on JAX
+        arrays (TensorFlow ops there fail when the step is traced).
+        """
         raise NotImplementedError(
             f"{type(self).__name__} sets needs_gradients but does not implement"
             " accumulate(value, gradient)."
@@ -126,7 +130,8 @@ class TaylorImportance(Importance):
         return accumulated
 
     def accumulate(self, value, gradient):
-        return tf.abs(value * gradient)
+        # keras.ops: under JAX the compiled step sums it (maskfit.backend.jax_taylor).
+        return keras.ops.abs(keras.ops.multiply(value, gradient))
 
 
 class _Callable(Importance):
