@@ -38,6 +38,21 @@ def _check_values(values, what):
     return array
 
 
+def _element_values(values, what):
+    """Returns an `ElementMask`'s values: bool (one byte per entry) when all are 0 or 1.
+
+    A bool array is kept as given (not copied), as a float32 one always was;
+    other values are checked as `_check_values` does, and kept as float32
+    when any lies between 0 and 1 or above.
+    """
+    if isinstance(values, np.ndarray) and values.dtype == np.bool_:
+        return values
+    array = _check_values(values, what)
+    if np.all((array == 0) | (array == 1)):
+        return array != 0
+    return array
+
+
 class GradMaskSpec(ConfigValue, abc.ABC):
     """Base class of gradient-mask specs; see `OutputMask` and `ElementMask`.
 
@@ -53,8 +68,9 @@ class GradMaskSpec(ConfigValue, abc.ABC):
             layer: a built Keras layer.
 
         Returns:
-            A list of `(variable, mask, kind)` with `mask` a float32 array that
-            broadcasts against the variable, and `kind` `"output"` or `"element"`.
+            A list of `(variable, mask, kind)` with `mask` a float32 array (or,
+            for an `ElementMask` of 0s and 1s, a bool one) that broadcasts
+            against the variable, and `kind` `"output"` or `"element"`.
 
         Raises:
             ValueError: when the spec does not fit the layer's variables.
@@ -230,7 +246,9 @@ class ElementMask(GradMaskSpec):
             or its full `variable.path`) to an array of the variable's shape (or
             one that broadcasts to it). 1 learns, 0 is frozen, any other value
             m is a learning-rate multiplier (see `scale`). Variables of the
-            layer not named here learn freely.
+            layer not named here learn freely. Values that are all 0 or 1 are
+            held as bool, one byte per entry (a bool array as given, not
+            copied); others as float32.
         scale: "step" (the default): m multiplies the optimizer's learning
             rate for the entries; "gradient": m multiplies their gradient.
 
@@ -243,6 +261,8 @@ class ElementMask(GradMaskSpec):
     >>> _ = maskfit.set_mask(dense, maskfit.ElementMask({"kernel": keep}))
     >>> maskfit.get_mask(dense).masks["kernel"].shape
     (2, 3)
+    >>> maskfit.get_mask(dense).masks["kernel"].dtype
+    dtype('bool')
     """
 
     def __init__(self, masks, scale="step"):
@@ -259,7 +279,7 @@ class ElementMask(GradMaskSpec):
                     "ElementMask keys must be variable names (str) such as 'kernel'."
                     f" Received key {name!r}"
                 )
-            checked[name] = _check_values(values, f"ElementMask['{name}']")
+            checked[name] = _element_values(values, f"ElementMask['{name}']")
         self.masks = checked
 
     def _find(self, layer, name):

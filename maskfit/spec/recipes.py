@@ -138,7 +138,7 @@ def train_embedding_rows(layer, rows):
     >>> embedding.build((None,))
     >>> _ = maskfit.train_embedding_rows(embedding, [8, 9])
     >>> maskfit.get_mask(embedding).masks["embeddings"][:, 0].tolist()
-    [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    [False, False, False, False, False, False, False, False, True, True]
     """
     table = getattr(layer, "embeddings", None)
     if not layer.built or not isinstance(table, keras.Variable):

@@ -43,7 +43,8 @@ class DeclaredMask(
       layer: the layer that carries the spec.
       kind: `"output"` or `"element"`.
       indices: positions of the covered variables in the step's variable list.
-      table: float32 array `(intervals, *mask_shape)`, one mask per interval.
+      table: array `(intervals, *mask_shape)`, one mask per interval: bool
+        for an `ElementMask` of 0s and 1s (one byte per entry), else float32.
       boundaries: the steps at which the next interval starts (empty if fixed).
       backprop: whether the layer's output gradient is gated too.
       layouts: for `"output"`, one `UnitLayout` per index; else None.
@@ -118,7 +119,7 @@ def _element_masks(layer, spec, position):
             if len(masks) == interval:
                 rank = len(variable.shape)
                 masks.append(
-                    np.asarray(mask, np.float32).reshape(
+                    np.asarray(mask).reshape(
                         (1,) * (rank - np.ndim(mask)) + np.shape(mask)
                     )
                 )
@@ -197,7 +198,8 @@ class MaskEntry(
     Attributes:
       layer: the layer that carries the spec.
       kind: `"output"` or `"element"`.
-      mask: float32 array that broadcasts to the variable (shared entries 1).
+      mask: float32 (or, for an `ElementMask` of 0s and 1s, bool) array that
+        broadcasts to the variable (shared entries 1).
       shared: for `"output"`, a boolean array that broadcasts to the variable,
         True where the entry is shared by several units; else None.
     """

@@ -67,6 +67,8 @@ def is_frozen(mask):
 def state_dtype(declared, variable_dtype):
     """bool for an `ElementMask` of 0s and 1s (a quarter of float32's bytes to
     keep and to read each step), else the variable's dtype."""
+    if declared.kind == "element" and declared.table.dtype == np.bool_:
+        return tf.bool
     if declared.kind == "element" and np.all(
         (declared.table == 0) | (declared.table == 1)
     ):
@@ -76,7 +78,8 @@ def state_dtype(declared, variable_dtype):
 
 def _as_state(values, dtype):
     if dtype == tf.bool:
-        return tf.constant(np.asarray(values) != 0)
+        values = np.asarray(values)
+        return tf.constant(values if values.dtype == np.bool_ else values != 0)
     return tf.constant(values, dtype)
 
 

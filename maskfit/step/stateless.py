@@ -97,8 +97,8 @@ def _table(mask, i):
         table = np.asarray(mask.table)
     else:
         table = np.stack([mask.layouts[i].expand_numpy(v) for v in mask.table])
-    if np.all((table == 0) | (table == 1)):
-        return table != 0  # a quarter of float32's bytes, exact either way
+    if table.dtype == np.bool_ or np.all((table == 0) | (table == 1)):
+        return table if table.dtype == np.bool_ else table != 0  # 1 byte, exact
     return table.astype(np.float32)
 
 

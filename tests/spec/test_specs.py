@@ -224,3 +224,29 @@ def test_element_masks_accept_exactly_broadcastable_shapes(shape, seed):
     bad_shape = variable_shape[:-1] + (variable_shape[-1] + 1,)
     with pytest.raises(ValueError, match=r"has shape"):
         maskfit.ElementMask({"w": np.ones(bad_shape)}).resolve(layer)
+
+
+def test_element_mask_of_0s_and_1s_is_held_as_one_byte_per_entry():
+    # Issue 43: 0/1 masks as bool on the host, fractional ones as float32.
+    keep = np.array([[True, False, True], [False, True, True]])
+    spec = maskfit.ElementMask({"kernel": keep})
+    assert spec.masks["kernel"] is keep  # a bool array is not copied
+    as_numbers = maskfit.ElementMask({"kernel": keep.astype("float64").tolist()})
+    assert as_numbers.masks["kernel"].dtype == np.bool_
+    np.testing.assert_array_equal(as_numbers.masks["kernel"], keep)
+    assert as_numbers == spec
+    scaled = maskfit.ElementMask({"kernel": [[1.0, 0.5, 0.0]]})
+    assert scaled.masks["kernel"].dtype == np.float32
+    np.testing.assert_array_equal(scaled.masks["kernel"], [[1.0, 0.5, 0.0]])
+    again = keras.saving.deserialize_keras_object(
+        keras.saving.serialize_keras_object(spec)
+    )
+    assert again.masks["kernel"].dtype == np.bool_
+    np.testing.assert_array_equal(again.masks["kernel"], keep)
+    dense = keras.layers.Dense(3)
+    dense.build((None, 2))
+    maskfit.set_mask(dense, spec)
+    (mask,) = declared.resolve_declared(
+        declare.masked_layers(dense), dense.trainable_weights
+    ).values()
+    assert mask.table.dtype == np.bool_ and mask.table.base is keep
