@@ -71,15 +71,29 @@ def _gradients(layer, x, arrays, zeroed, seed):
     return {id(v): g for v, g in zip(layer.weights, gradients)}
 
 
+def _reached(before):
+    """`(scale, reached)` of the gradients with no unit zeroed.
+
+    `scale` is the largest gradient's magnitude; `reached[id(variable)]`
+    (bool, a quarter of the gradient's bytes, all `_problem` reads of it)
+    marks the entries whose gradient is above 1e-5 of it.
+    """
+    scale = max(float(np.max(np.abs(g))) for g in before.values())
+    return scale, {key: np.abs(g) > 1e-5 * scale for key, g in before.items()}
+
+
 def _problem(layer, x, arrays, space, sliced, node, before, seed):
-    """Why unit `node` fails, as `(kind, unit, weight index)`, or None."""
+    """Why unit `node` fails, as `(kind, unit, weight index)`, or None.
+
+    `before` is `_reached` of the gradients with no unit zeroed.
+    """
     index_of = {id(v): i for i, v in enumerate(layer.weights)}
     zeroed = [(v, axis, np.flatnonzero(ids == node)) for v, axis, ids, _ in sliced]
     after = _gradients(layer, x, arrays, zeroed, seed)
     # Relative to the largest gradient: below 1e-6 is float rounding (a key
     # bias's, which softmax cancels); a path cut by a zero weight gives
     # exactly 0 (a live gradient may pass near 0 by chance, not hit it).
-    scale = max(float(np.max(np.abs(g))) for g in before.values())
+    scale, reached = before
     declared = {}
     unit = node - space.first
     for (variable, axis, positions), (*_, closes) in zip(zeroed, sliced):
@@ -92,7 +106,7 @@ def _problem(layer, x, arrays, space, sliced, node, before, seed):
         mark[tuple(index)] = True
         declared[id(variable)] = declared.get(id(variable), False) | mark
     for variable in layer.weights:
-        cut = (np.abs(before[id(variable)]) > 1e-5 * scale) & (after[id(variable)] == 0)
+        cut = reached[id(variable)] & (after[id(variable)] == 0)
         if np.any(cut & ~declared.get(id(variable), False)):
             return ("cut", unit, index_of[id(variable)])
     return None
@@ -117,7 +131,7 @@ def _verdicts(layer, shape, spaces, seed):
     except Exception as error:  # noqa: BLE001 - whatever stops the check keeps the units
         return (("unchecked", str(error)),) * len(spaces)
     try:
-        before = _gradients(layer, x, arrays, [], seed)
+        before = _reached(_gradients(layer, x, arrays, [], seed))
     except Exception as error:  # noqa: BLE001
         return (("unchecked", str(error)),) * len(spaces)
     verdicts = []
