@@ -55,7 +55,7 @@ def test_llama_heads_go_by_key_value_group():
 
 # The check takes gradients with the backend that runs the block: under JAX a
 # TensorFlow tape saw nothing and passed any coupling.
-@pytest.mark.backends("tensorflow", "jax")
+@pytest.mark.backends("tensorflow", "jax", "torch")
 def test_llama_gradient_check_finds_a_wrong_coupling(monkeypatch):
     model, _ = hub_cases.build("llama")
     spec = couplings_hub.SPECS["LlamaTransformerDecoder"]
