@@ -201,8 +201,10 @@ def test_steps_per_execution_above_one_is_refused():
 
 def test_optimizer_slots_of_pruned_entries_are_held(mode):
     model = _compiled(_model(), mode)
-    _train(model, BEGIN, _check_step)  # pruned at step BEGIN
+    # Step BEGIN prunes at sparsity 0 (nothing dropped); BEGIN + FREQUENCY drops.
+    _train(model, BEGIN + FREQUENCY, _check_step)
     keeps = keeps_by_name(model)
+    assert all(0 < keep.sum() < keep.size for keep in keeps.values())
 
     def slots():
         found = {}
