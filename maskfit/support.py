@@ -82,17 +82,11 @@ FEATURES = {
     ),
     "magnitude_pruning": Feature(
         "`maskfit.pruning`: `prune_low_magnitude` with TF-MOT's schedules in `fit`",
-        _BOTH,
-        "prune under KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax; a pruned"
-        " model stripped there (`strip_pruning`) with its zeros kept by an"
-        " `ElementMask` trains on under torch",
+        _ALL,
     ),
     "structured_oneshot": Feature(
         "`select_units` (weight importances), `shrink`, `strip_pruning`",
-        _BOTH,
-        "select the units and shrink under KERAS_BACKEND=tensorflow or"
-        " KERAS_BACKEND=jax and save the model: the shrunk stock Keras model"
-        " loads and trains under torch",
+        _ALL,
     ),
     "data_parallel": Feature(
         "`keras.distribution.DataParallel`",

@@ -30,9 +30,9 @@ import torch
 
 from maskfit import internals
 from maskfit.apply import _pairs_to_variables
-from maskfit.backend import torch_guard
+from maskfit.backend import torch_guard, torch_rules
 from maskfit.optim import stateless_rates
-from maskfit.spec import declare, rules, version
+from maskfit.spec import declare, version
 from maskfit.step import stateless
 
 __all__ = [
@@ -50,19 +50,14 @@ _GUARD_ATTR = "_maskfit_torch_guard"  # (key, masks, Guard, slots) on the optimi
 
 
 def _refuse(model, layer_specs):
-    """Raises for what the torch step does not run: mask rules, `backprop=True`.
+    """Raises for what the torch step does not run: rules that read gradients
+    or whose feature leaves torch out (`maskfit.backend.torch_rules.refuse`),
+    `backprop=True`.
 
     Both are refused where they are declared (`maskfit.support.FEATURES`);
     this catches a model that got them another way (a file saved elsewhere).
     """
-    for layer, rule in rules.layer_rules(model):
-        raise NotImplementedError(
-            f"Layer '{layer.name}' carries the rule {type(rule).__name__}, which"
-            " maskfit does not run in the training step on the PyTorch backend;"
-            " this process runs Keras on torch. Train it with"
-            " KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax, or remove the rule"
-            " with maskfit.spec.rules.set_rule(layer, None)."
-        )
+    torch_rules.refuse(model)
     for layer, spec in layer_specs:
         if spec.backprop:
             raise NotImplementedError(
@@ -230,6 +225,8 @@ def train_step(model, data):
         loss.backward()
         gradients = [v.value.grad for v in variables]
         masks = model_masks(model, variables)
+        # Rules (magnitude pruning) update at their steps, their keeps joined.
+        masks = torch_rules.joined(model, masks, variables)
 
         def mask(gradients, selected, guard):
             previous = _step_masks(model)

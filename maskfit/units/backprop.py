@@ -4,9 +4,10 @@ The checks of couplings (`maskfit.kinds.couplings.check`, keras_hub's blocks in
 `maskfit.structured.hub.check`) ask which inputs or weights a layer's output
 depends on. A `tf.GradientTape` sees no JAX operation: under
 `KERAS_BACKEND=jax` it would give zeros for everything, and a check would pass
-whatever it checks. `projected_gradients` takes the gradients with `jax.grad`
-under JAX and with a tape under TensorFlow, so a check sees the computation it
-checks on either backend.
+whatever it checks; under `KERAS_BACKEND=torch` likewise. `projected_gradients`
+takes the gradients with `jax.grad` under JAX, with `torch.autograd.grad`
+under torch and with a tape under TensorFlow, so a check sees the computation
+it checks on every backend.
 """
 
 import keras
@@ -43,6 +44,8 @@ def projected_gradients(fn, inputs, rng):
     inputs = [np.asarray(value) for value in inputs]
     if keras.backend.backend() == "jax":
         return _jax(fn, inputs, rng)
+    if keras.backend.backend() == "torch":
+        return _torch(fn, inputs, rng)
     return _tensorflow(fn, inputs, rng)
 
 
@@ -59,6 +62,33 @@ def _jax(fn, inputs, rng):
 
     gradients = jax.grad(total, argnums=tuple(range(len(values))))(*values)
     return [np.asarray(gradient) for gradient in gradients]
+
+
+def _torch(fn, inputs, rng):
+    import torch
+
+    values = []
+    for value in inputs:
+        tensor = keras.ops.convert_to_tensor(value, dtype=value.dtype.name)
+        if tensor.is_floating_point():
+            tensor = tensor.detach().requires_grad_(True)
+        values.append(tensor)
+    with torch.enable_grad():
+        output = keras.ops.convert_to_tensor(fn(*values))
+        weights = rng.uniform(0.5, 1.5, size=tuple(output.shape))
+        weights = torch.as_tensor(weights, dtype=output.dtype, device=output.device)
+        total = torch.sum(output * weights)
+    learns = [v for v in values if v.requires_grad]
+    found = [None] * len(learns)
+    if learns and total.requires_grad:
+        found = torch.autograd.grad(total, learns, allow_unused=True)
+    found = iter(found)
+    gradients = []
+    for value in values:
+        gradient = next(found) if value.requires_grad else None
+        gradient = torch.zeros_like(value) if gradient is None else gradient
+        gradients.append(gradient.detach().cpu().numpy())
+    return gradients
 
 
 def _tensorflow(fn, inputs, rng):

@@ -37,13 +37,12 @@ def masked_outputs(model, selection, x):
     """`model(x)` with the removed units' entries set to 0 (weights put back after)."""
     plan = unit_choice.UnitPlan(selection.graph)
     keep = tf.constant(selection.kept)
-    saved = [v.numpy() for v in model.weights]
+    saved = [keras.ops.convert_to_numpy(v) for v in model.weights]
     try:
         for each in plan.variables:
-            mask = unit_choice.keep_mask(plan, keep, each.variable)
-            each.variable.assign(
-                tf.where(mask, each.variable, tf.zeros_like(each.variable))
-            )
+            mask = np.asarray(unit_choice.keep_mask(plan, keep, each.variable))
+            value = keras.ops.convert_to_numpy(each.variable)
+            each.variable.assign(np.where(mask, value, np.zeros_like(value)))
         return run(model, x)
     finally:
         for variable, value in zip(model.weights, saved):
@@ -53,7 +52,7 @@ def masked_outputs(model, selection, x):
 def run(model, x):
     """`model(x, training=False)` as numpy arrays (compiled with XLA where it must be)."""
     return keras.tree.map_structure(
-        np.asarray, call_or_xla(lambda: model(x, training=False))
+        keras.ops.convert_to_numpy, call_or_xla(lambda: model(x, training=False))
     )
 
 

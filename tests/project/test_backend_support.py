@@ -79,13 +79,16 @@ def test_another_backend_import_error_says_what_runs_where():
 def test_torch_refusal_names_the_row_and_what_to_use_instead(monkeypatch):
     monkeypatch.setattr(support, "backend", lambda: "torch")
     with pytest.raises(NotImplementedError) as caught:
-        support.require("magnitude_pruning", "prune_low_magnitude")
+        support.require("sparse_training", "sparsify")
     message = str(caught.value)
-    assert "`prune_low_magnitude` with TF-MOT's schedules" in message
+    assert "dynamic sparse training (`maskfit.sparse`" in message
+    assert "(sparsify)" in message
     assert "'torch' (KERAS_BACKEND=torch)" in message
     assert "it runs on tensorflow, jax" in message
-    assert "Instead: prune under KERAS_BACKEND=tensorflow" in message
+    assert "Instead: a static sparse `ElementMask` trains on every backend" in message
     support.require("saving")  # runs on all three: no error
+    support.require("magnitude_pruning", "prune_low_magnitude")  # and these
+    support.require("structured_oneshot", "select_units")
 
 
 @pytest.mark.parametrize("backend", ["numpy"])

@@ -1,6 +1,8 @@
-"""Pruning's pieces that run on JAX: one-shot unit selection and `shrink`,
+"""Pruning's pieces on JAX and torch: one-shot unit selection and `shrink`,
 a model pruned on TensorFlow loaded, evaluated, trained on and stripped
-on JAX, and one pruned on JAX loaded likewise on TensorFlow (magnitude pruning in `fit` on JAX: test_magnitude_in_fit.py).
+on JAX or torch, and one pruned there loaded likewise on TensorFlow (magnitude
+pruning in `fit`: test_magnitude_in_fit.py). Under torch the two round trips
+(a TensorFlow subprocess each, ~12 s) are `slow`.
 """
 
 import keras
@@ -10,7 +12,12 @@ import pytest
 import maskfit.pruning as pruning
 from tests.helpers import backend_roundtrip
 
-pytestmark = pytest.mark.backends("jax")
+pytestmark = pytest.mark.backends("jax", "torch")
+
+
+def _slow_on_torch(test):
+    """A TensorFlow subprocess costs ~12 s: the torch fast suite leaves it out."""
+    return pytest.mark.slow(test) if keras.backend.backend() == "torch" else test
 
 
 def _mlp():
@@ -39,15 +46,17 @@ def test_select_units_and_shrink_give_the_pruned_outputs():
     )
 
 
-def test_a_model_pruned_on_jax_loads_evaluates_strips_and_trains_on_tensorflow(
+@_slow_on_torch
+def test_a_model_pruned_here_loads_evaluates_strips_and_trains_on_tensorflow(
     tmp_path,
 ):
     out = str(tmp_path / "pruned")
-    backend_roundtrip.pruned(out)  # prune_low_magnitude in fit, here on JAX
+    backend_roundtrip.pruned(out)  # prune_low_magnitude in fit, here on JAX or torch
     backend_roundtrip.run_on_tensorflow("load_pruned", out)
 
 
-def test_a_model_pruned_on_tensorflow_evaluates_and_strips_on_jax(tmp_path):
+@_slow_on_torch
+def test_a_model_pruned_on_tensorflow_evaluates_strips_and_trains_here(tmp_path):
     out = str(tmp_path / "pruned")
     backend_roundtrip.run_on_tensorflow("pruned", out)
     backend_roundtrip.check_pruned(out)

@@ -1,6 +1,6 @@
-"""Magnitude pruning in `fit`, under both backends: TF-MOT's schedule, its masks
-(same ranking, ties and sparsity; under JAX the TensorFlow path's, computed in a
-TensorFlow subprocess), pruned weights held bit for bit at 0, keep masks saved
+"""Magnitude pruning in `fit`, under every backend: TF-MOT's schedule, its masks
+(same ranking, ties and sparsity; under JAX and torch the TensorFlow path's,
+computed in a TensorFlow subprocess), pruned weights held bit for bit at 0, keep masks saved
 and loaded, and `strip_pruning` afterwards. Under TensorFlow the eager and jit
 cases run with the slow tests (test_training.py covers the modes there).
 """
@@ -18,7 +18,10 @@ from maskfit.model import training
 from maskfit.pruning import magnitude
 from tests.helpers.pruning_keeps_run import NAMES, keeps_by_name
 
-pytestmark = [pytest.mark.backends("tensorflow", "jax"), pytest.mark.other_modes_slow]
+pytestmark = [
+    pytest.mark.backends("tensorflow", "jax", "torch"),
+    pytest.mark.other_modes_slow,
+]
 
 BEGIN, END, FREQUENCY, FINAL = 2, 8, 2, 0.75
 
@@ -198,8 +201,10 @@ def test_steps_per_execution_above_one_is_refused():
 
 def test_optimizer_slots_of_pruned_entries_are_held(mode):
     model = _compiled(_model(), mode)
-    _train(model, BEGIN, _check_step)  # pruned at step BEGIN
+    # Step BEGIN prunes at sparsity 0 (nothing dropped); BEGIN + FREQUENCY drops.
+    _train(model, BEGIN + FREQUENCY, _check_step)
     keeps = keeps_by_name(model)
+    assert all(0 < keep.sum() < keep.size for keep in keeps.values())
 
     def slots():
         found = {}
@@ -222,7 +227,15 @@ def test_optimizer_slots_of_pruned_entries_are_held(mode):
             assert np.any(new[keep] != old[keep])
 
 
-@pytest.mark.backends("jax")
+def _slow_on_torch(test):
+    """A TensorFlow subprocess costs ~11 s: the torch fast suite leaves it out
+    (the fast tests above compare torch's masks with `magnitude_mask`, the
+    function the TensorFlow step runs)."""
+    return pytest.mark.slow(test) if keras.backend.backend() == "torch" else test
+
+
+@pytest.mark.backends("jax", "torch")
+@_slow_on_torch
 @pytest.mark.parametrize("block_size", [(1, 1), (2, 2)], ids=["entries", "blocks"])
 def test_keep_masks_equal_the_tensorflow_steps_on_the_same_weights(
     tmp_path, block_size
@@ -247,9 +260,9 @@ def test_keep_masks_equal_the_tensorflow_steps_on_the_same_weights(
         timeout=600,
     )
     assert "keeps: ok under tensorflow" in result.stdout, result.stderr[-4000:]
-    on_jax = pruning_keeps_run.keeps(weights, block_size)
+    here = pruning_keeps_run.keeps(weights, block_size)
     with np.load(out) as on_tensorflow:
         assert sorted(on_tensorflow.files) == sorted(NAMES)
         for name in NAMES:
-            np.testing.assert_array_equal(on_jax[name], on_tensorflow[name])
-            assert 0 < on_jax[name].sum() < on_jax[name].size
+            np.testing.assert_array_equal(here[name], on_tensorflow[name])
+            assert 0 < here[name].sum() < here[name].size

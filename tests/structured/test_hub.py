@@ -55,7 +55,7 @@ def test_llama_heads_go_by_key_value_group():
 
 # The check takes gradients with the backend that runs the block: under JAX a
 # TensorFlow tape saw nothing and passed any coupling.
-@pytest.mark.backends("tensorflow", "jax")
+@pytest.mark.backends("tensorflow", "jax", "torch")
 def test_llama_gradient_check_finds_a_wrong_coupling(monkeypatch):
     model, _ = hub_cases.build("llama")
     spec = couplings_hub.SPECS["LlamaTransformerDecoder"]
@@ -66,6 +66,7 @@ def test_llama_gradient_check_finds_a_wrong_coupling(monkeypatch):
     assert "feedforward_intermediate_dense/kernel" in text
 
 
+@pytest.mark.backends("tensorflow", "torch")
 def test_llama_one_shot_shrinks_into_its_twin(tmp_path):
     model, inputs = hub_cases.build("llama")
     selection = pruning.select_units(model, 0.5)

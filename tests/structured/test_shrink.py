@@ -92,6 +92,7 @@ def test_couplings_hold_and_shrink_computes_what_the_pruned_model_computes(name)
     assert all(np.all(np.isfinite(w)) for w in after)
 
 
+@pytest.mark.backends("tensorflow", "torch")
 def test_removing_a_unit_takes_what_is_joined_to_it():
     model, x, _, _ = pruned("residual_bn")
     selection = pruning.UnitSelection.removing(model, {"stem": [3, 5]})
@@ -113,6 +114,7 @@ def test_removing_a_unit_takes_what_is_joined_to_it():
     models.assert_same_outputs(model, small, selection, x)
 
 
+@pytest.mark.backends("tensorflow", "torch")
 def test_attention_loses_whole_heads():
     model, x, _, _ = pruned("attention")
     selection = pruning.UnitSelection.removing(model, {"mha": {"heads": [1, 2]}})
@@ -168,6 +170,7 @@ def test_a_channels_first_conv_is_never_left_with_as_many_channels_as_its_width(
         pruning.shrink(model, pruning.UnitSelection(selection.graph, kept))
 
 
+@pytest.mark.backends("tensorflow", "torch")
 def test_shrunk_models_save_and_load_with_stock_keras_without_maskfit(tmp_path):
     for name in (
         "residual_bn",
