@@ -209,13 +209,17 @@ class _Curve(keras.callbacks.Callback):
 
 
 def _evaluator(model, data):
-    x_test, y_test = tf.constant(data.x_test), tf.constant(data.y_test)
+    """The test accuracy of `model`'s current weights, on any Keras backend.
 
-    @tf.function
+    The forward pass runs eagerly: a `tf.function` around a JAX model would
+    bake the weights of its first call into the graph (and under JAX the
+    callback's `self.model` has just written the trainer's state into the
+    variables).
+    """
+
     def evaluate():
-        predicted = tf.argmax(model(x_test, training=False), axis=-1)
-        correct = tf.equal(tf.cast(predicted, y_test.dtype), y_test)
-        return tf.reduce_mean(tf.cast(correct, tf.float32))
+        logits = keras.ops.convert_to_numpy(model(data.x_test, training=False))
+        return np.mean(np.argmax(logits, axis=-1) == data.y_test)
 
     return evaluate
 
@@ -248,7 +252,7 @@ def train(task, method, sparsity, seed, data, config, callbacks=()):
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         steps_per_execution=math.gcd(config.eval_every, config.steps_per_execution),
-        jit_compile=config.jit_compile,
+        jit_compile=common.compiled_step(config.jit_compile),
     )
     curve = _Curve(_evaluator(model, data))
     model.fit(
