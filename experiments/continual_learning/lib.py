@@ -18,6 +18,7 @@ import numbers
 import os
 import time
 
+import keras
 import numpy as np
 from absl import logging
 
@@ -105,6 +106,16 @@ class Config:
                     f"Received an invalid value for `{name}`, expected distinct"
                     f" names among {', '.join(known)}. Received: {name}={value!r}"
                 )
+        if (
+            "packnet_gradmask" in self.methods
+            and keras.backend.backend() != "tensorflow"
+        ):
+            raise ValueError(
+                "The control `packnet_gradmask` (a `train_step` with a gradient"
+                " tape) runs on TensorFlow only; received it in `methods` under"
+                f" KERAS_BACKEND={keras.backend.backend()}. Run it with"
+                " KERAS_BACKEND=tensorflow, or leave it out of `methods`."
+            )
         for name, minimum in (("hidden_units", 1), ("seeds", 0)):
             training.check_int_tuple(name, getattr(self, name), minimum, _check_int)
         training.check_distinct_seeds(self.seeds)
@@ -137,7 +148,7 @@ class Config:
             batch_size=self.batch_size,
             compile_kwargs=dict(
                 steps_per_execution=self.steps_per_execution,
-                jit_compile=self.jit_compile,
+                jit_compile=common.compiled_step(self.jit_compile),
             ),
         )
 
