@@ -76,17 +76,35 @@ def build_model(model_name, features, classes, config):
     return maskfit.MaskedModel(inputs, outputs, name=model_name)
 
 
-def draw_weights(model, entropy):
-    """Sets every kernel from its initializer seeded by `entropy`; biases to 0."""
+def draw_weights(model, entropy, numpy=False):
+    """Sets every kernel from its initializer seeded by `entropy`; biases to 0.
+
+    With `numpy`, a Glorot-uniform kernel is drawn by NumPy instead (the same
+    distribution, Keras's fans): the same numbers under every backend, where
+    Keras's seeded initializers draw other numbers per backend.
+    """
     for index, layer in enumerate(model.layers):
         if not hasattr(layer, "kernel"):
             continue
-        seed = int(np.random.SeedSequence([*entropy, index]).generate_state(1)[0])
+        state = np.random.SeedSequence([*entropy, index])
+        shape = tuple(layer.kernel.shape)
         initializer = layer.kernel_initializer
-        initializer = type(initializer).from_config(
-            {**initializer.get_config(), "seed": seed}
-        )
-        layer.kernel.assign(initializer(tuple(layer.kernel.shape)))
+        if numpy:
+            if not isinstance(initializer, keras.initializers.GlorotUniform):
+                raise ValueError(
+                    f"numpy_weights draws Glorot-uniform kernels; layer"
+                    f" '{layer.name}' has {type(initializer).__name__}."
+                )
+            receptive = int(np.prod(shape[:-2]))
+            limit = np.sqrt(6.0 / ((shape[-2] + shape[-1]) * receptive))
+            value = np.random.default_rng(state).uniform(-limit, limit, shape)
+            layer.kernel.assign(value.astype(np.float32))
+        else:
+            seed = int(state.generate_state(1)[0])
+            initializer = type(initializer).from_config(
+                {**initializer.get_config(), "seed": seed}
+            )
+            layer.kernel.assign(initializer(shape))
         if layer.bias is not None:
             layer.bias.assign(np.zeros(layer.bias.shape, np.float32))
 
@@ -245,7 +263,7 @@ def train(task, method, sparsity, seed, data, config, callbacks=()):
     start, start_cpu = time.perf_counter(), time.process_time()
     model_name = task.split("/")[1]
     model = build_model(model_name, data.features, data.classes, config)
-    draw_weights(model, [seed])
+    draw_weights(model, [seed], numpy=config.numpy_weights)
     entries = declare_method(model, method, sparsity, config, seed)
     optimizer = common.make_optimizer(config.optimizer, config.learning_rate)
     model.compile(

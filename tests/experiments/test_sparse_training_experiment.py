@@ -368,3 +368,25 @@ def test_the_step_is_compiled_on_every_backend():
     # compiled step without XLA, and its `jit_compile=False` runs op by op.
     assert common.compiled_step(True) is True
     assert common.compiled_step(False) is (keras.backend.backend() == "jax")
+
+
+@pytest.mark.backends("tensorflow", "jax")
+def test_numpy_weights_are_the_same_glorot_draw_on_every_backend():
+    # Keras's seeded initializers draw other numbers per backend; NumPy's not.
+    model = train.build_model("cnn", 40, 10, TINY)
+    train.draw_weights(model, [3], numpy=True)
+    kernels = [l for l in model.layers if hasattr(l, "kernel")]
+    for index, layer in enumerate(model.layers):
+        if layer not in kernels:
+            continue
+        shape = tuple(layer.kernel.shape)
+        receptive = int(np.prod(shape[:-2]))
+        limit = np.sqrt(6.0 / ((shape[-2] + shape[-1]) * receptive))
+        rng = np.random.default_rng(np.random.SeedSequence([3, index]))
+        expected = rng.uniform(-limit, limit, shape).astype(np.float32)
+        np.testing.assert_array_equal(layer.kernel.numpy(), expected)
+        np.testing.assert_array_equal(layer.bias.numpy(), 0.0)
+    keras_drawn = train.build_model("cnn", 40, 10, TINY)
+    train.draw_weights(keras_drawn, [3])
+    first = keras_drawn.get_layer("conv_1").kernel.numpy()
+    assert not np.array_equal(first, kernels[0].kernel.numpy())
