@@ -27,6 +27,7 @@ from experiments.common.training import (
     check_scale,
     compiled_step,
     experiment_run,
+    glorot_uniform,
     make_optimizer,
     strategy_and_precision,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "config_main",
     "define_scale_flags",
     "experiment_run",
+    "glorot_uniform",
     "make_optimizer",
     "spread",
     "strategy_and_precision",

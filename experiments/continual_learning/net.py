@@ -100,12 +100,21 @@ class Network:
     """
 
     def __init__(
-        self, features, hidden_units, heads, classes_per_head, entropy, model_class=None
+        self,
+        features,
+        hidden_units,
+        heads,
+        classes_per_head,
+        entropy,
+        model_class=None,
+        numpy_weights=False,
     ):
         """Builds the network; `entropy` (ints) seeds every layer's initializer.
 
         `model_class` (default `maskfit.MaskedModel`) is called as
-        `model_class(inputs, outputs)` to make the model.
+        `model_class(inputs, outputs)` to make the model. With `numpy_weights`
+        the kernels are drawn by NumPy (`common.glorot_uniform`, the same
+        entropy): the same weights under every backend.
         """
         self.heads = heads
         self.classes_per_head = classes_per_head
@@ -124,6 +133,10 @@ class Network:
             outputs = layer(outputs)
             self.layers.append(layer)
         self.model = (model_class or maskfit.MaskedModel)(inputs, outputs)
+        if numpy_weights:
+            for index, layer in enumerate(self.layers):
+                value = common.glorot_uniform(layer.kernel.shape, [*entropy, index])
+                layer.kernel.assign(value)
         self._logits_fn = None
 
     def head_columns(self, head):

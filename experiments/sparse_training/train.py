@@ -86,7 +86,6 @@ def draw_weights(model, entropy, numpy=False):
     for index, layer in enumerate(model.layers):
         if not hasattr(layer, "kernel"):
             continue
-        state = np.random.SeedSequence([*entropy, index])
         shape = tuple(layer.kernel.shape)
         initializer = layer.kernel_initializer
         if numpy:
@@ -95,11 +94,9 @@ def draw_weights(model, entropy, numpy=False):
                     f"numpy_weights draws Glorot-uniform kernels; layer"
                     f" '{layer.name}' has {type(initializer).__name__}."
                 )
-            receptive = int(np.prod(shape[:-2]))
-            limit = np.sqrt(6.0 / ((shape[-2] + shape[-1]) * receptive))
-            value = np.random.default_rng(state).uniform(-limit, limit, shape)
-            layer.kernel.assign(value.astype(np.float32))
+            layer.kernel.assign(common.glorot_uniform(shape, [*entropy, index]))
         else:
+            state = np.random.SeedSequence([*entropy, index])
             seed = int(state.generate_state(1)[0])
             initializer = type(initializer).from_config(
                 {**initializer.get_config(), "seed": seed}

@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 
+from experiments import common
 from experiments.continual_learning import gradmask, methods, net, packnet, report
 from experiments.continual_learning import tasks as tasks_lib
 from experiments.continual_learning.lib import (
@@ -277,6 +278,20 @@ def test_each_training_starts_from_a_new_optimizer():
         steps = len(task.x_train) // settings.batch_size
         assert int(network.model.optimizer.iterations.numpy()) == steps
     assert optimizers[0] is not optimizers[1]
+
+
+@pytest.mark.backends("tensorflow", "jax")
+def test_numpy_weights_start_every_backend_from_the_same_kernels():
+    network = net.Network(64, (10,), 2, 2, [4, 0], numpy_weights=True)
+    for index, layer in enumerate(network.layers):
+        expected = common.glorot_uniform(layer.kernel.shape, [4, 0, index])
+        np.testing.assert_array_equal(layer.kernel.numpy(), expected)
+        np.testing.assert_array_equal(layer.bias.numpy(), 0.0)
+    limit = np.sqrt(6.0 / (64 + 10))
+    first = network.layers[0].kernel.numpy()
+    assert np.abs(first).max() <= limit and first.std() > limit / 3
+    keras_drawn = net.Network(64, (10,), 2, 2, [4, 0])
+    assert not np.array_equal(keras_drawn.layers[0].kernel.numpy(), first)
 
 
 @pytest.mark.backends("jax")
