@@ -222,7 +222,6 @@ def test_inference_masks_zero_later_and_free_weights_in_the_forward_pass_only():
         np.testing.assert_array_equal(_bits(kernel), _bits(before[name][0]))
 
 
-@pytest.mark.backends("tensorflow", "jax")
 def test_finetuning_forgets_where_the_tasks_conflict():
     sequence = tasks_lib.load("permuted_digits", permuted_tasks=2)
     config = dataclasses.replace(TINY, hidden_units=(32,), epochs=15)
