@@ -18,6 +18,7 @@ import numbers
 import os
 import time
 
+import keras
 import numpy as np
 from absl import logging
 
@@ -69,6 +70,9 @@ class Config:
         runs).
       steps_per_execution: Training steps per call of the compiled step.
       jit_compile: Compile with XLA.
+      numpy_weights: Draw the initial kernels with NumPy (Glorot-uniform, as the
+        layers' seeded initializer) instead of Keras, whose numbers differ per
+        backend: a seed then starts from the same weights under TensorFlow and JAX.
     """
 
     sequences: tuple = ("split_mnist1d", "permuted_mnist1d")
@@ -88,6 +92,7 @@ class Config:
     mnist1d_samples: int = None
     steps_per_execution: int = 10
     jit_compile: bool = False
+    numpy_weights: bool = False
 
     def __post_init__(self):
         for name in ("sequences", "methods", "hidden_units", "seeds"):
@@ -105,6 +110,16 @@ class Config:
                     f"Received an invalid value for `{name}`, expected distinct"
                     f" names among {', '.join(known)}. Received: {name}={value!r}"
                 )
+        if (
+            "packnet_gradmask" in self.methods
+            and keras.backend.backend() != "tensorflow"
+        ):
+            raise ValueError(
+                "The control `packnet_gradmask` (a `train_step` with a gradient"
+                " tape) runs on TensorFlow only; received it in `methods` under"
+                f" KERAS_BACKEND={keras.backend.backend()}. Run it with"
+                " KERAS_BACKEND=tensorflow, or leave it out of `methods`."
+            )
         for name, minimum in (("hidden_units", 1), ("seeds", 0)):
             training.check_int_tuple(name, getattr(self, name), minimum, _check_int)
         training.check_distinct_seeds(self.seeds)
@@ -121,11 +136,12 @@ class Config:
         _check_number(
             "prune_fraction", self.prune_fraction, "a number in (0, 1)", 0, upper=1
         )
-        if not isinstance(self.jit_compile, bool):
-            raise ValueError(
-                "Received an invalid value for `jit_compile`, expected a bool."
-                f" Received: jit_compile={self.jit_compile!r}"
-            )
+        for name in ("jit_compile", "numpy_weights"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"Received an invalid value for `{name}`, expected a bool."
+                    f" Received: {name}={getattr(self, name)!r}"
+                )
         common.check_optimizer(self.optimizer)
 
     def settings(self):
@@ -137,7 +153,7 @@ class Config:
             batch_size=self.batch_size,
             compile_kwargs=dict(
                 steps_per_execution=self.steps_per_execution,
-                jit_compile=self.jit_compile,
+                jit_compile=common.compiled_step(self.jit_compile),
             ),
         )
 
@@ -186,7 +202,12 @@ def make_method(name, sequence, config, seed):
     def network(model_class=None):
         # PackNet, fine-tuning and EWC start from the same weights.
         return net.Network(
-            *shape, sequence.heads, sequence.classes_per_head, [seed, 0], model_class
+            *shape,
+            sequence.heads,
+            sequence.classes_per_head,
+            [seed, 0],
+            model_class,
+            config.numpy_weights,
         )
 
     if name in ("packnet", "packnet_gradmask"):
@@ -222,6 +243,7 @@ def make_method(name, sequence, config, seed):
             1,
             sequence.classes_per_head,
             [seed, 1, task_index],
+            numpy_weights=config.numpy_weights,
         )
 
     return methods.Separate(separate_network, settings, seed, config.epochs)

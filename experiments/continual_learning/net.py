@@ -14,7 +14,7 @@ import dataclasses
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 import maskfit
 from experiments import common
@@ -71,9 +71,12 @@ def task_loss(heads, classes_per_head):
     """
 
     def loss(y_true, y_pred):
-        labels = tf.cast(tf.reshape(y_true, [-1]), tf.int32)
-        logits = tf.reshape(y_pred, [-1, heads, classes_per_head])
-        own = tf.gather(logits, labels // classes_per_head, axis=1, batch_dims=1)
+        labels = ops.cast(ops.reshape(y_true, [-1]), "int32")
+        logits = ops.reshape(y_pred, [-1, heads, classes_per_head])
+        # The own head's logits: the others times 0 add +-0, so the values
+        # and gradients are those of a gather, on every backend.
+        chosen = ops.one_hot(labels // classes_per_head, heads, dtype=logits.dtype)
+        own = ops.sum(logits * chosen[:, :, None], axis=1)
         return keras.losses.sparse_categorical_crossentropy(
             labels % classes_per_head, own, from_logits=True
         )
@@ -97,12 +100,21 @@ class Network:
     """
 
     def __init__(
-        self, features, hidden_units, heads, classes_per_head, entropy, model_class=None
+        self,
+        features,
+        hidden_units,
+        heads,
+        classes_per_head,
+        entropy,
+        model_class=None,
+        numpy_weights=False,
     ):
         """Builds the network; `entropy` (ints) seeds every layer's initializer.
 
         `model_class` (default `maskfit.MaskedModel`) is called as
-        `model_class(inputs, outputs)` to make the model.
+        `model_class(inputs, outputs)` to make the model. With `numpy_weights`
+        the kernels are drawn by NumPy (`common.glorot_uniform`, the same
+        entropy): the same weights under every backend.
         """
         self.heads = heads
         self.classes_per_head = classes_per_head
@@ -121,6 +133,10 @@ class Network:
             outputs = layer(outputs)
             self.layers.append(layer)
         self.model = (model_class or maskfit.MaskedModel)(inputs, outputs)
+        if numpy_weights:
+            for index, layer in enumerate(self.layers):
+                value = common.glorot_uniform(layer.kernel.shape, [*entropy, index])
+                layer.kernel.assign(value)
         self._logits_fn = None
 
     def head_columns(self, head):
@@ -166,33 +182,54 @@ class Network:
         )
 
     def _make_logits_fn(self, settings):
-        kernels = [l.kernel for l in self.layers]
+        positions = [
+            next(i for i, v in enumerate(self.model.trainable_variables) if v is kernel)
+            for kernel in (l.kernel for l in self.layers)
+        ]
 
-        def logits(x, head, keep):
+        def logits(trainable, non_trainable, x, head, keep):
             # The kernels' entries outside `keep` read as +0 in this forward
             # pass only: the variables themselves are not touched.
-            mapping = [
-                (kernel, tf.where(k, kernel, tf.zeros_like(kernel)))
-                for kernel, k in zip(kernels, keep)
-            ]
-            with keras.StatelessScope(mapping):
-                outputs = self.model(x, training=False)
-            outputs = tf.reshape(outputs, [-1, self.heads, self.classes_per_head])
-            return outputs[:, head]
+            trainable = list(trainable)
+            for position, k in zip(positions, keep):
+                value = trainable[position]
+                trainable[position] = ops.where(k, value, ops.zeros_like(value))
+            outputs, _ = self.model.stateless_call(
+                trainable, non_trainable, x, training=False
+            )
+            outputs = ops.reshape(outputs, [-1, self.heads, self.classes_per_head])
+            return ops.take(outputs, head, axis=1)
 
-        if settings.compile_kwargs.get("run_eagerly"):
-            return logits
-        # Traced once for any number of examples (XLA compiles per shape).
-        signature = [
-            tf.TensorSpec([None, self.layers[0].kernel.shape[0]], tf.float32),
-            tf.TensorSpec([], tf.int32),
-            [tf.TensorSpec(kernel.shape, tf.bool) for kernel in kernels],
-        ]
-        return tf.function(
-            logits,
-            input_signature=signature,
-            jit_compile=bool(settings.compile_kwargs.get("jit_compile")),
-        )
+        def values():
+            return (
+                [v.value for v in self.model.trainable_variables],
+                [v.value for v in self.model.non_trainable_variables],
+            )
+
+        compiled = not settings.compile_kwargs.get("run_eagerly")
+        if keras.backend.backend() == "tensorflow" and compiled:
+            import tensorflow as tf
+
+            # Traced once for any number of examples (XLA compiles per
+            # shape); the variables are read inside, at each call.
+            signature = [
+                tf.TensorSpec([None, self.layers[0].kernel.shape[0]], tf.float32),
+                tf.TensorSpec([], tf.int32),
+                [tf.TensorSpec(l.kernel.shape, tf.bool) for l in self.layers],
+            ]
+            return tf.function(
+                lambda x, head, keep: logits(*values(), x, head, keep),
+                input_signature=signature,
+                jit_compile=bool(settings.compile_kwargs.get("jit_compile")),
+            )
+        if keras.backend.backend() == "jax" and compiled:
+            import jax
+
+            # The variables' values are arguments: a jitted function that read
+            # them inside would keep those of its first call.
+            jitted = jax.jit(logits)
+            return lambda x, head, keep: jitted(*values(), x, head, keep)
+        return lambda x, head, keep: logits(*values(), x, head, keep)
 
     def task_logits(self, settings, x, head, keep=None):
         """The logits of head `head` for `x`, kernels masked by `keep`.
@@ -212,5 +249,9 @@ class Network:
             self._logits_fn = self._make_logits_fn(settings)
         if keep is None:
             keep = [np.ones(l.kernel.shape, bool) for l in self.layers]
-        keep = [tf.constant(k, tf.bool) for k in keep]
-        return np.asarray(self._logits_fn(tf.constant(x), tf.constant(head), keep))
+        keep = [ops.convert_to_tensor(k, "bool") for k in keep]
+        x, head = (
+            ops.convert_to_tensor(x, "float32"),
+            ops.convert_to_tensor(head, "int32"),
+        )
+        return ops.convert_to_numpy(self._logits_fn(x, head, keep))

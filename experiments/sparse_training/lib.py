@@ -60,6 +60,10 @@ class Config:
       prune_begin_fraction: Pruning starts here.
       prune_end_fraction: Pruning ends here.
       jit_compile: Compile the step with XLA.
+      numpy_weights: Draw the initial kernels with NumPy (Glorot-uniform, the
+        layers' own initializer) instead of Keras's seeded initializer, whose
+        numbers differ per backend: a seed then starts from the same weights
+        under TensorFlow and JAX.
     """
 
     tasks: tuple = ("mnist1d/mlp", "mnist1d/cnn", "digits/mlp")
@@ -83,6 +87,7 @@ class Config:
     prune_begin_fraction: float = 0.1
     prune_end_fraction: float = 0.75
     jit_compile: bool = False
+    numpy_weights: bool = False
 
     def __post_init__(self):
         for name in (
@@ -140,11 +145,12 @@ class Config:
             )
         common.check_fraction("learning_rate", self.learning_rate, upper=math.inf)
         common.check_optimizer(self.optimizer)
-        if not isinstance(self.dense_first_layer, bool):
-            raise ValueError(
-                "Received an invalid value for `dense_first_layer`, expected True"
-                f" or False. Received: dense_first_layer={self.dense_first_layer!r}"
-            )
+        for name in ("dense_first_layer", "numpy_weights"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"Received an invalid value for `{name}`, expected True or"
+                    f" False. Received: {name}={getattr(self, name)!r}"
+                )
         # The rules' own checks (distribution, anneal, schedule), up front.
         train.dynamic_rule("set", self.sparsities[0], self, 0)
         if int(self.prune_end_fraction * self.train_steps) <= int(

@@ -76,17 +76,32 @@ def build_model(model_name, features, classes, config):
     return maskfit.MaskedModel(inputs, outputs, name=model_name)
 
 
-def draw_weights(model, entropy):
-    """Sets every kernel from its initializer seeded by `entropy`; biases to 0."""
+def draw_weights(model, entropy, numpy=False):
+    """Sets every kernel from its initializer seeded by `entropy`; biases to 0.
+
+    With `numpy`, a Glorot-uniform kernel is drawn by NumPy instead (the same
+    distribution, Keras's fans): the same numbers under every backend, where
+    Keras's seeded initializers draw other numbers per backend.
+    """
     for index, layer in enumerate(model.layers):
         if not hasattr(layer, "kernel"):
             continue
-        seed = int(np.random.SeedSequence([*entropy, index]).generate_state(1)[0])
+        shape = tuple(layer.kernel.shape)
         initializer = layer.kernel_initializer
-        initializer = type(initializer).from_config(
-            {**initializer.get_config(), "seed": seed}
-        )
-        layer.kernel.assign(initializer(tuple(layer.kernel.shape)))
+        if numpy:
+            if not isinstance(initializer, keras.initializers.GlorotUniform):
+                raise ValueError(
+                    f"numpy_weights draws Glorot-uniform kernels; layer"
+                    f" '{layer.name}' has {type(initializer).__name__}."
+                )
+            layer.kernel.assign(common.glorot_uniform(shape, [*entropy, index]))
+        else:
+            state = np.random.SeedSequence([*entropy, index])
+            seed = int(state.generate_state(1)[0])
+            initializer = type(initializer).from_config(
+                {**initializer.get_config(), "seed": seed}
+            )
+            layer.kernel.assign(initializer(shape))
         if layer.bias is not None:
             layer.bias.assign(np.zeros(layer.bias.shape, np.float32))
 
@@ -209,13 +224,17 @@ class _Curve(keras.callbacks.Callback):
 
 
 def _evaluator(model, data):
-    x_test, y_test = tf.constant(data.x_test), tf.constant(data.y_test)
+    """The test accuracy of `model`'s current weights, on any Keras backend.
 
-    @tf.function
+    The forward pass runs eagerly: a `tf.function` around a JAX model would
+    bake the weights of its first call into the graph (and under JAX the
+    callback's `self.model` has just written the trainer's state into the
+    variables).
+    """
+
     def evaluate():
-        predicted = tf.argmax(model(x_test, training=False), axis=-1)
-        correct = tf.equal(tf.cast(predicted, y_test.dtype), y_test)
-        return tf.reduce_mean(tf.cast(correct, tf.float32))
+        logits = keras.ops.convert_to_numpy(model(data.x_test, training=False))
+        return np.mean(np.argmax(logits, axis=-1) == data.y_test)
 
     return evaluate
 
@@ -241,14 +260,14 @@ def train(task, method, sparsity, seed, data, config, callbacks=()):
     start, start_cpu = time.perf_counter(), time.process_time()
     model_name = task.split("/")[1]
     model = build_model(model_name, data.features, data.classes, config)
-    draw_weights(model, [seed])
+    draw_weights(model, [seed], numpy=config.numpy_weights)
     entries = declare_method(model, method, sparsity, config, seed)
     optimizer = common.make_optimizer(config.optimizer, config.learning_rate)
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         steps_per_execution=math.gcd(config.eval_every, config.steps_per_execution),
-        jit_compile=config.jit_compile,
+        jit_compile=common.compiled_step(config.jit_compile),
     )
     curve = _Curve(_evaluator(model, data))
     model.fit(

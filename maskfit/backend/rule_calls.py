@@ -101,15 +101,6 @@ def _host_rules(model):
     """The model's `HostRules`, or None without rules."""
     if not rules.layer_rules(model):
         return None
-    if model.steps_per_execution != 1:
-        raise NotImplementedError(
-            f"Model '{model.name}' carries mask rules (maskfit.spec.rules: pruning,"
-            " sparse training, unit pruning) and was compiled with"
-            f" steps_per_execution={model.steps_per_execution}; on the JAX"
-            " backend maskfit updates the keep masks between compiled steps, so"
-            " it needs steps_per_execution=1. Compile with steps_per_execution=1,"
-            " or train with KERAS_BACKEND=tensorflow."
-        )
     return jax_rules.HostRules(model)
 
 

@@ -24,7 +24,9 @@ PRIVATE_MEMBERS = (
         "_make_function",
         "wraps a step `(state, data)` into the `(state, iterator)` function"
         " `fit` calls, running `steps_per_execution` steps; the masked train"
-        " function is wrapped the same way.",
+        " function is wrapped the same way. It calls the step once per step"
+        " (a Python loop), so mask rules update between the steps of one"
+        " execution.",
     ),
     (
         "keras.callbacks.Callback",

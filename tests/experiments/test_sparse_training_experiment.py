@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import maskfit
+from experiments import common
 from experiments.sparse_training import report, train
 from experiments.sparse_training.lib import Config, run
 from maskfit import model as model_lib
@@ -338,3 +339,54 @@ def test_main_refuses_bad_flags_before_writing_and_runs_good_ones(tmp_path):
     assert config["tasks"] == ["digits/mlp"] and config["mlp_units"] == [6]
     with open(good / "metrics.json") as f:
         assert len(json.load(f)["results"]) == 2
+
+
+@pytest.mark.backends("tensorflow", "jax")
+def test_the_evaluator_reads_the_weights_of_each_call():
+    # Under JAX a tf.function around the model baked the weights of its first
+    # call in: every curve point was the starting weights' accuracy.
+    data = train.load_data("digits")
+    model = train.build_model("mlp", data.features, data.classes, TINY)
+    evaluate = train._evaluator(model, data)
+
+    def own():
+        hidden = np.maximum(data.x_test @ model.layers[1].kernel.numpy(), 0.0)
+        logits = hidden @ model.layers[2].kernel.numpy()
+        return np.mean(np.argmax(logits, axis=-1) == data.y_test)
+
+    for seed in (0, 1):
+        train.draw_weights(model, [seed])
+        assert evaluate() == own()
+    first = own()
+    train.draw_weights(model, [0])
+    assert own() != first  # the two draws score differently
+
+
+@pytest.mark.backends("tensorflow", "jax")
+def test_the_step_is_compiled_on_every_backend():
+    # `--nojit_compile` is a tf.function graph on TensorFlow; JAX has no
+    # compiled step without XLA, and its `jit_compile=False` runs op by op.
+    assert common.compiled_step(True) is True
+    assert common.compiled_step(False) is (keras.backend.backend() == "jax")
+
+
+@pytest.mark.backends("tensorflow", "jax")
+def test_numpy_weights_are_the_same_glorot_draw_on_every_backend():
+    # Keras's seeded initializers draw other numbers per backend; NumPy's not.
+    model = train.build_model("cnn", 40, 10, TINY)
+    train.draw_weights(model, [3], numpy=True)
+    kernels = [l for l in model.layers if hasattr(l, "kernel")]
+    for index, layer in enumerate(model.layers):
+        if layer not in kernels:
+            continue
+        shape = tuple(layer.kernel.shape)
+        receptive = int(np.prod(shape[:-2]))
+        limit = np.sqrt(6.0 / ((shape[-2] + shape[-1]) * receptive))
+        rng = np.random.default_rng(np.random.SeedSequence([3, index]))
+        expected = rng.uniform(-limit, limit, shape).astype(np.float32)
+        np.testing.assert_array_equal(layer.kernel.numpy(), expected)
+        np.testing.assert_array_equal(layer.bias.numpy(), 0.0)
+    keras_drawn = train.build_model("cnn", 40, 10, TINY)
+    train.draw_weights(keras_drawn, [3])
+    first = keras_drawn.get_layer("conv_1").kernel.numpy()
+    assert not np.array_equal(first, kernels[0].kernel.numpy())

@@ -14,6 +14,7 @@ import pytest
 
 import maskfit
 import maskfit.pruning as pruning
+from maskfit import sparse
 from maskfit.model import training
 from maskfit.pruning import magnitude
 from tests.helpers.pruning_keeps_run import NAMES, keeps_by_name
@@ -190,13 +191,42 @@ def test_entries_a_declared_mask_freezes_are_never_pruned(mode):
     np.testing.assert_array_equal(layer.kernel.numpy()[0], kernel[0])
 
 
-@pytest.mark.backends("jax")
-def test_steps_per_execution_above_one_is_refused():
-    model = _dense_model(dict())
-    model.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
-    x = np.ones((4, 8), "float32")
-    with pytest.raises(NotImplementedError, match="steps_per_execution=1"):
-        model.fit(x, x, batch_size=2, verbose=0)
+def _rule_run(rule, steps_per_execution):
+    """Kernels and keep masks after 8 steps of one example (shuffle off)."""
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(16, activation="relu", name="hidden"),
+            keras.layers.Dense(3, name="head"),
+        ]
+    )
+    for index, name in enumerate(NAMES):
+        layer = model.get_layer(name)
+        rng = np.random.default_rng(index)
+        layer.kernel.assign(rng.normal(size=layer.kernel.shape).astype("float32"))
+    if rule == "pruning":
+        model = pruning.prune_low_magnitude(model, _schedule())
+    else:  # RigL: the dense gradients of its update steps 2, 4, 6
+        model = sparse.sparsify(model, "rigl", 0.5, t_end=8, delta_t=2, alpha=0.5)
+    model.compile(optimizer="adam", loss="mse", steps_per_execution=steps_per_execution)
+    x, y = _data()
+    model.fit(x, y, batch_size=1, epochs=1, verbose=0, shuffle=False)
+    assert int(model.optimizer.iterations.numpy()) == 8
+    return _kernels(model), training.keep_masks(model)
+
+
+@pytest.mark.parametrize("rule", ["pruning", "rigl"])
+def test_steps_per_execution_above_one_updates_at_the_same_steps(rule):
+    # Under JAX Keras runs the steps of one execution one by one (the rules
+    # update between them): 3 steps a call give the run of 1 a call, bit for bit.
+    kernels, keeps = _rule_run(rule, 1)
+    kernels_3, keeps_3 = _rule_run(rule, 3)
+    assert sorted(keeps) == sorted(keeps_3) and keeps
+    for index, keep in keeps.items():
+        np.testing.assert_array_equal(keeps_3[index], keep)
+    for kernel, kernel_3 in zip(kernels, kernels_3):
+        np.testing.assert_array_equal(kernel_3, kernel)
+        assert np.count_nonzero(kernel) < kernel.size  # the rule pruned
 
 
 def test_optimizer_slots_of_pruned_entries_are_held(mode):
