@@ -1,0 +1,197 @@
+"""Couplings derived from a layer's computation (`maskfit.structured.derive`).
+
+Small custom blocks (`tests/helpers/derived_blocks.py`) that no record or
+spec names: their heads, key/value groups and FFN units are read from the
+block's jaxpr under JAX, exactly (ids per weight axis); a reduction over the
+units is refused naming the operation; a wrong derived coupling fails the
+gradient check; under TensorFlow the refusal says derivation needs JAX.
+The cross-check: on every keras_hub block class the hand specs cover, the
+derived coupling equals the spec.
+"""
+
+import pytest
+
+import maskfit.pruning as pruning
+from maskfit.kinds.couplings.base import Refused
+from maskfit.structured.derive import coupling as derive_coupling
+from tests.helpers import derived_blocks as blocks
+
+SHAPE = (None, blocks.SEQUENCE, blocks.HIDDEN)
+
+
+def _spaces(block):
+    """`{space name: {weight path after the block: (axis, ids, closes)}}`."""
+    spaces, _, residual = derive_coupling.derive(block, SHAPE)
+    assert residual
+    return {
+        s.name: {
+            block.weights[e.weight].path.split("/", 1)[1]: (
+                e.axis,
+                e.ids.tolist(),
+                e.closes,
+            )
+            for e in s.entries
+        }
+        for s in spaces
+    }
+
+
+_UNITS = list(range(6))
+
+
+@pytest.mark.backends("jax")
+@pytest.mark.parametrize("gated", [True, False])
+def test_ffn_units_are_derived(gated):
+    _, block = blocks.build(blocks.GatedFFN, gated=gated)
+    expected = {
+        "up/kernel": (1, _UNITS, False),
+        "up/bias": (0, _UNITS, False),
+        "down/kernel": (0, _UNITS, True),
+    }
+    if gated:
+        expected["gate/kernel"] = (1, _UNITS, False)
+    assert _spaces(block) == {"units": expected}
+
+
+def _heads(query, kv):
+    found = {
+        "query/kernel": (1, query, False),
+        "attention_output/kernel": (0, query, True),
+    }
+    if kv is not None:
+        found |= {"key/kernel": (1, kv, False), "value/kernel": (1, kv, False)}
+    return found
+
+
+@pytest.mark.backends("jax")
+@pytest.mark.parametrize(
+    "kv_heads, rotary, query, kv",
+    [
+        # 4 query heads in 2 groups: a unit is a key/value head and its group.
+        (2, True, [0, 0, 1, 1], [0, 1]),
+        (2, False, [0, 0, 1, 1], [0, 1]),
+        (4, True, [0, 1, 2, 3], [0, 1, 2, 3]),
+        # One key/value head shared by all: a unit is a query head, it stays.
+        (1, True, [0, 1, 2, 3], None),
+    ],
+)
+def test_grouped_heads_are_derived(kv_heads, rotary, query, kv):
+    _, block = blocks.build(blocks.GroupedAttention, kv_heads=kv_heads, rotary=rotary)
+    assert _spaces(block) == {"heads": _heads(query, kv)}
+
+
+@pytest.mark.backends("jax")
+def test_a_parallel_block_has_heads_and_ffn_units():
+    model, block = blocks.build(blocks.ParallelBlock)
+    assert _spaces(block) == {
+        "heads": _heads([0, 0, 1, 1], [0, 1]),
+        "units": {
+            "ffn/up/kernel": (1, _UNITS, False),
+            "ffn/up/bias": (0, _UNITS, False),
+            "ffn/down/kernel": (0, _UNITS, True),
+        },
+    }
+    assert isinstance(pruning.coupling_of(block), derive_coupling.Derived)
+    graph = pruning.DependencyGraph(model)
+    assert [(s.name, s.size) for s in graph.spaces if s.layer is block] == [
+        ("heads", 2),
+        ("units", 6),
+    ]
+    removed = pruning.select_units(model, 0.5).removed()["block"]
+    assert (len(removed["heads"]), len(removed["units"])) == (1, 3)
+
+
+@pytest.mark.backends("jax")
+def test_a_reduction_over_the_units_is_refused_naming_it():
+    model, block = blocks.build(blocks.ReducedFFN)
+    text = pruning.DependencyGraph(model).explain("block")
+    assert "deriving one from its computation found no unit" in text
+    assert "'block/down/kernel' axis 0: 'reduce_sum' reduces over it" in text
+
+
+@pytest.mark.backends("jax")
+def test_a_wrong_derived_coupling_fails_the_gradient_check(monkeypatch):
+    model, block = blocks.build(blocks.GatedFFN)
+    right = derive_coupling.derive
+
+    def without_up(layer, shape):
+        spaces, reasons, residual = right(layer, shape)
+        wrong = [
+            s._replace(
+                entries=tuple(
+                    e for e in s.entries if "up/" not in layer.weights[e.weight].path
+                )
+            )
+            for s in spaces
+        ]
+        return wrong, reasons, residual
+
+    monkeypatch.setattr(derive_coupling, "derive", without_up)
+    text = pruning.DependencyGraph(model).explain("block")
+    assert "6 stay" in text and "gradient check" in text
+    assert "cuts off entries of 'block/up/kernel'" in text
+
+
+@pytest.mark.backends("jax")
+def test_one_signature_is_derived_once(monkeypatch):
+    _, block = blocks.build(blocks.GatedFFN, units=5)
+    calls = []
+    trace = derive_coupling.derive_trace.trace
+    monkeypatch.setattr(
+        derive_coupling.derive_trace,
+        "trace",
+        lambda *args: calls.append(1) or trace(*args),
+    )
+    first = derive_coupling.derive(block, SHAPE)
+    _, twin = blocks.build(blocks.GatedFFN, units=5)
+    assert derive_coupling.derive(twin, SHAPE) is first and len(calls) == 1
+
+
+@pytest.mark.backends("tensorflow", "torch")
+def test_other_backends_refuse_saying_derivation_needs_jax():
+    model, block = blocks.build(blocks.GatedFFN)
+    found = pruning.coupling_of(block)
+    assert isinstance(found, Refused)
+    assert "only under jax" in found.reason and "register_coupling" in found.reason
+
+
+# The cross-check with keras_hub's hand-written specs (keras-hub 0.32: its
+# Llama 3 backbone builds `LlamaTransformerDecoder`s, so the spec of
+# `Llama3TransformerDecoder`, a class of older releases, is not reached).
+HUB = {
+    "llama": "LlamaTransformerDecoder",
+    "mistral": "MistralTransformerDecoder",
+    "qwen": "QwenTransformerDecoder",
+    "gemma": "GemmaDecoderBlock",
+    "gemma-2kv": "GemmaDecoderBlock",
+    "bert": "TransformerEncoder",
+    "gpt2": "TransformerDecoder",
+    "vit": "ViTEncoder",
+}
+
+
+@pytest.mark.backends("jax")
+@pytest.mark.parametrize("name", sorted(HUB))
+def test_derived_couplings_equal_the_keras_hub_specs(name):
+    pytest.importorskip("keras_hub")
+    from maskfit.structured.hub import couplings as couplings_hub
+    from tests.helpers import hub_cases
+
+    if name == "gemma-2kv":
+        model = hub_cases.backbone("gemma", num_key_value_heads=2)
+    else:
+        model, _ = hub_cases.build(name)
+    found = [layer for layer in model.layers if type(layer).__name__ == HUB[name]][0]
+    spec = couplings_hub.coupling_for(found)
+    shape = (None,) + tuple(
+        found.input[0].shape if isinstance(found.input, list) else found.input.shape
+    )[1:]
+    derived, recorded = blocks.derived(found, shape), blocks.recorded(spec, found)
+    assert derived == recorded
+    assert len(recorded) >= 2  # heads and FFN units, each compared
+
+
+def test_the_cross_check_names_every_spec_class_but_one():
+    from maskfit.structured.hub import couplings as couplings_hub
+
+    assert set(couplings_hub.SPECS) - set(HUB.values()) == {"Llama3TransformerDecoder"}
