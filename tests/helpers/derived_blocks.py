@@ -6,8 +6,8 @@ Each is a subclassed layer over `Dense` / `EinsumDense` sublayers that
 - `GatedFFN`: `down(silu(gate(x)) * up(x))` with a residual add (or an
   ungated GELU FFN);
 - `GroupedAttention`: grouped-query attention with a separate `head_dim`,
-  key/value heads repeated to their query heads, a rotary embedding, a
-  residual add;
+  key/value heads repeated to their query heads, a rotary embedding (by
+  halves, or by `stack` as keras_hub's), a residual add;
 - `ParallelBlock`: attention and FFN side by side on one normalized input,
   added to the residual (GPT-NeoX, Phi style);
 - `ReducedFFN`: an FFN whose hidden units are summed over (`ops.sum` on the
@@ -47,18 +47,28 @@ class GatedFFN(keras.layers.Layer):
         return x + self.down(h)
 
 
-def _rotate(x):
-    """A rotary embedding on the last axis (head_dim), positions on axis 1."""
+def _rotate(x, form):
+    """A rotary embedding on the last axis (head_dim), positions on axis 1.
+
+    `form` "halves" rotates by slices and a concatenation; "stack" as
+    keras_hub's `RotaryEmbedding` does (split, `stack` of the negated and
+    the first half, reshape back).
+    """
     half = x.shape[-1] // 2
     positions = ops.arange(x.shape[1], dtype="float32")[:, None, None]
     angles = positions * (1.0 + ops.arange(half, dtype="float32"))
+    if form == "stack":
+        angles = ops.concatenate([angles, angles], -1)
+        first, second = ops.split(x, 2, axis=-1)
+        turned = ops.reshape(ops.stack([-second, first], axis=-2), ops.shape(x))
+        return x * ops.cos(angles) + turned * ops.sin(angles)
     cos, sin = ops.cos(angles), ops.sin(angles)
     first, second = x[..., :half], x[..., half:]
     return ops.concatenate([first * cos - second * sin, second * cos + first * sin], -1)
 
 
 class GroupedAttention(keras.layers.Layer):
-    def __init__(self, heads=4, kv_heads=2, head_dim=3, rotary=True, **kwargs):
+    def __init__(self, heads=4, kv_heads=2, head_dim=4, rotary="stack", **kwargs):
         super().__init__(**kwargs)
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.rotary = rotary
@@ -85,7 +95,7 @@ class GroupedAttention(keras.layers.Layer):
     def attend(self, y):
         q, k, v = self.query(y), self.key(y), self.value(y)
         if self.rotary:
-            q, k = _rotate(q), _rotate(k)
+            q, k = _rotate(q, self.rotary), _rotate(k, self.rotary)
         group = self.heads // self.kv_heads
         k, v = ops.repeat(k, group, axis=2), ops.repeat(v, group, axis=2)
         scores = ops.einsum("bqnh,bknh->bnqk", q, k) / np.sqrt(self.head_dim)

@@ -68,11 +68,12 @@ def _heads(query, kv):
     "kv_heads, rotary, query, kv",
     [
         # 4 query heads in 2 groups: a unit is a key/value head and its group.
-        (2, True, [0, 0, 1, 1], [0, 1]),
-        (2, False, [0, 0, 1, 1], [0, 1]),
-        (4, True, [0, 1, 2, 3], [0, 1, 2, 3]),
+        (2, "stack", [0, 0, 1, 1], [0, 1]),
+        (2, "halves", [0, 0, 1, 1], [0, 1]),
+        (2, None, [0, 0, 1, 1], [0, 1]),
+        (4, "stack", [0, 1, 2, 3], [0, 1, 2, 3]),
         # One key/value head shared by all: a unit is a query head, it stays.
-        (1, True, [0, 1, 2, 3], None),
+        (1, "stack", [0, 1, 2, 3], None),
     ],
 )
 def test_grouped_heads_are_derived(kv_heads, rotary, query, kv):
