@@ -7,7 +7,8 @@ Each is a subclassed layer over `Dense` / `EinsumDense` sublayers that
   ungated GELU FFN);
 - `GroupedAttention`: grouped-query attention with a separate `head_dim`,
   key/value heads repeated to their query heads, a rotary embedding (by
-  halves, or by `stack` as keras_hub's), a residual add;
+  halves, or by `stack` as keras_hub's), a residual add; with `fused`,
+  `Dense` projections of heads x head_dim columns reshaped into heads;
 - `ParallelBlock`: attention and FFN side by side on one normalized input,
   added to the residual (GPT-NeoX, Phi style);
 - `ReducedFFN`: an FFN whose hidden units are summed over (`ops.sum` on the
@@ -68,15 +69,35 @@ def _rotate(x, form):
 
 
 class GroupedAttention(keras.layers.Layer):
-    def __init__(self, heads=4, kv_heads=2, head_dim=4, rotary="stack", **kwargs):
+    def __init__(
+        self, heads=4, kv_heads=2, head_dim=4, rotary="stack", fused=False, **kwargs
+    ):
         super().__init__(**kwargs)
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.rotary = rotary
+        self.rotary, self.fused = rotary, fused
+
+    def _build_dense(self, shape):
+        """Dense projections of heads x head_dim columns, reshaped into heads."""
+        width = self.head_dim
+        self.query = keras.layers.Dense(self.heads * width, name="query")
+        self.key = keras.layers.Dense(self.kv_heads * width, name="key")
+        self.value = keras.layers.Dense(self.kv_heads * width, name="value")
+        for dense in (self.query, self.key, self.value):
+            dense.build(shape)
+        self.output_dense = keras.layers.Dense(shape[-1], name="attention_output")
+        self.output_dense.build(tuple(shape[:-1]) + (self.heads * width,))
+
+    def _project(self, dense, y):
+        if not self.fused:
+            return dense(y)
+        return ops.reshape(dense(y), ops.shape(y)[:2] + (-1, self.head_dim))
 
     def build(self, shape):
         d = shape[-1]
         self.norm = keras.layers.LayerNormalization(name="norm")
         self.norm.build(shape)
+        if self.fused:
+            return self._build_dense(shape)
         make = keras.layers.EinsumDense
         self.query = make(
             "btd,dnh->btnh", (None, self.heads, self.head_dim), name="query"
@@ -93,13 +114,15 @@ class GroupedAttention(keras.layers.Layer):
         self.output_dense.build(tuple(shape[:2]) + (self.heads, self.head_dim))
 
     def attend(self, y):
-        q, k, v = self.query(y), self.key(y), self.value(y)
+        q, k, v = (self._project(d, y) for d in (self.query, self.key, self.value))
         if self.rotary:
             q, k = _rotate(q, self.rotary), _rotate(k, self.rotary)
         group = self.heads // self.kv_heads
         k, v = ops.repeat(k, group, axis=2), ops.repeat(v, group, axis=2)
         scores = ops.einsum("bqnh,bknh->bnqk", q, k) / np.sqrt(self.head_dim)
         mixed = ops.einsum("bnqk,bknh->bqnh", ops.softmax(scores, axis=-1), v)
+        if self.fused:
+            mixed = ops.reshape(mixed, ops.shape(mixed)[:2] + (-1,))
         return self.output_dense(mixed)
 
     def call(self, x):

@@ -9,6 +9,7 @@ The cross-check: on every keras_hub block class the hand specs cover, the
 derived coupling equals the spec.
 """
 
+import numpy as np
 import pytest
 
 import maskfit.pruning as pruning
@@ -79,6 +80,24 @@ def _heads(query, kv):
 def test_grouped_heads_are_derived(kv_heads, rotary, query, kv):
     _, block = blocks.build(blocks.GroupedAttention, kv_heads=kv_heads, rotary=rotary)
     assert _spaces(block) == {"heads": _heads(query, kv)}
+
+
+@pytest.mark.backends("jax")
+def test_heads_reshaped_out_of_dense_columns_are_derived():
+    # Each Dense column is one (head, head_dim) position: a head's 4 columns go together.
+    _, block = blocks.build(blocks.GroupedAttention, fused=True)
+    query, kv = np.repeat([0, 0, 1, 1], 4).tolist(), np.repeat([0, 1], 4).tolist()
+    assert _spaces(block) == {
+        "heads": {
+            "query/kernel": (1, query, False),
+            "query/bias": (0, query, False),
+            "key/kernel": (1, kv, False),
+            "key/bias": (0, kv, False),
+            "value/kernel": (1, kv, False),
+            "value/bias": (0, kv, False),
+            "attention_output/kernel": (0, query, True),
+        }
+    }
 
 
 @pytest.mark.backends("jax")

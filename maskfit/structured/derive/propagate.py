@@ -74,8 +74,6 @@ class Labels:
     def join(self, a, b):
         """Joins position sets: `a`, `b` are `(node, index array)` of one axis."""
         (node_a, ia), (node_b, ib) = a, b
-        if 1 in (self.sizes.get(node_a), self.sizes.get(node_b)):
-            return  # one position shared by all (one key/value head): no unit joins it
         fa, fb = self.family(node_a), self.family(node_b)
         if fa != fb:
             self._family[fa] = fb

@@ -96,7 +96,16 @@ def unit_spaces(labels, shapes):
         if not any(node in labels.closes for node in nodes):
             continue
         ids, count = units[root]
-        kind = "heads" if any(len(shapes[w]) >= 3 for w in weights) else "units"
+        # Heads: a weight with a heads axis, or with several positions per unit
+        # (a Dense's heads x head_dim columns); FFN units have one each.
+        kind = (
+            "heads"
+            if any(
+                len(shapes[w]) >= 3 or len(ids[n]) > count
+                for w, n in zip(weights, nodes)
+            )
+            else "units"
+        )
         entries = tuple(
             Entry(w, a, ids[(w, a)], (w, a) in labels.closes) for w, a in nodes
         )
