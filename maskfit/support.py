@@ -118,10 +118,10 @@ FEATURES = {
     "derived_couplings": Feature(
         "couplings derived from a layer's computation (a block that no record"
         " or keras_hub spec names: its heads and FFN units)",
-        ("jax",),
+        _BOTH,
         "declare the layer's coupling (`maskfit_unit_coupling` or"
         " `maskfit.pruning.register_coupling`), or select its units under"
-        " KERAS_BACKEND=jax (derivation traces a jaxpr)",
+        " KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow",
     ),
     "taylor_importance": Feature(
         "Taylor importances (`prune_units` or `select_units` with"

@@ -30,6 +30,9 @@ class GatedFFN(keras.layers.Layer):
         super().__init__(**kwargs)
         self.units, self.gated = units, gated
 
+    def get_config(self):
+        return {**super().get_config(), "units": self.units, "gated": self.gated}
+
     def build(self, shape):
         self.norm = keras.layers.LayerNormalization(name="norm")
         self.norm.build(shape)
@@ -75,6 +78,10 @@ class GroupedAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.rotary, self.fused = rotary, fused
+
+    def get_config(self):
+        names = ("heads", "kv_heads", "head_dim", "rotary", "fused")
+        return {**super().get_config(), **{n: getattr(self, n) for n in names}}
 
     def _build_dense(self, shape):
         """Dense projections of heads x head_dim columns, reshaped into heads."""

@@ -9,6 +9,7 @@ The cross-check: on every keras_hub block class the hand specs cover, the
 derived coupling equals the spec.
 """
 
+import keras
 import numpy as np
 import pytest
 
@@ -16,6 +17,7 @@ import maskfit.pruning as pruning
 from maskfit.kinds.couplings.base import Refused
 from maskfit.structured.derive import coupling as derive_coupling
 from tests.helpers import derived_blocks as blocks
+from tests.helpers import hub_cases
 
 SHAPE = (None, blocks.SEQUENCE, blocks.HIDDEN)
 
@@ -117,8 +119,20 @@ def test_a_parallel_block_has_heads_and_ffn_units():
         ("heads", 2),
         ("units", 6),
     ]
-    removed = pruning.select_units(model, 0.5).removed()["block"]
+    selection = pruning.select_units(model, 0.5)
+    removed = selection.removed()["block"]
     assert (len(removed["heads"]), len(removed["units"])) == (1, 3)
+    # shrink keeps the block's size (no config field says its counts): the
+    # removed entries are 0 and the outputs are the masked model's, exactly.
+    x = np.random.default_rng(0).normal(size=(2, blocks.SEQUENCE, blocks.HIDDEN))
+    x = x.astype("float32")
+    expected = hub_cases.masked_outputs(selection, x)
+    with pytest.warns(UserWarning, match="'block' \\(ParallelBlock\\) keeps its size"):
+        small = pruning.shrink(model, selection)
+    np.testing.assert_array_equal(hub_cases.outputs(small, x), expected)
+    assert small.count_params() == model.count_params()
+    down = small.get_layer("block").ffn.down.kernel
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(down)[removed["units"]], 0)
 
 
 @pytest.mark.backends("jax")
@@ -167,12 +181,60 @@ def test_one_signature_is_derived_once(monkeypatch):
     assert derive_coupling.derive(twin, SHAPE) is first and len(calls) == 1
 
 
-@pytest.mark.backends("tensorflow", "torch")
-def test_other_backends_refuse_saying_derivation_needs_jax():
+@pytest.mark.backends("torch")
+def test_torch_refuses_saying_derivation_needs_tensorflow_or_jax():
     model, block = blocks.build(blocks.GatedFFN)
     found = pruning.coupling_of(block)
     assert isinstance(found, Refused)
-    assert "only under jax" in found.reason and "register_coupling" in found.reason
+    assert "only under tensorflow or jax" in found.reason
+    assert "register_coupling" in found.reason
+
+
+# Under TensorFlow the block is rebuilt from its class and config in a JAX
+# worker process (about 10 s to start one), derived there and checked here.
+@pytest.mark.backends("tensorflow")
+def test_tensorflow_derives_in_a_jax_worker_and_checks_here(monkeypatch):
+    model, block = blocks.build(blocks.ParallelBlock)
+    assert _spaces(block) == {
+        "heads": _heads([0, 0, 1, 1], [0, 1]),
+        "units": {
+            "ffn/up/kernel": (1, _UNITS, False),
+            "ffn/up/bias": (0, _UNITS, False),
+            "ffn/down/kernel": (0, _UNITS, True),
+        },
+    }
+    removed = pruning.select_units(model, 0.5).removed()["block"]
+    assert (len(removed["heads"]), len(removed["units"])) == (1, 3)
+    # The same derivation, wrong (the FFN's up projection left out): the
+    # check under TensorFlow refuses it.
+    right = derive_coupling.derive
+
+    def without_up(layer, shape):
+        spaces, reasons, residual = right(layer, shape)
+        keep = [
+            s._replace(
+                entries=tuple(
+                    e for e in s.entries if "/up/" not in layer.weights[e.weight].path
+                )
+            )
+            for s in spaces
+        ]
+        return keep, reasons, residual
+
+    monkeypatch.setattr(derive_coupling, "derive", without_up)
+    text = pruning.DependencyGraph(model).explain("block")
+    assert "6 stay" in text and "cuts off entries of 'block/ffn/up/kernel'" in text
+
+
+@pytest.mark.backends("tensorflow")
+def test_a_class_the_worker_cannot_import_is_refused_naming_why():
+    class Local(blocks.GatedFFN):
+        pass
+
+    inputs = keras.Input((blocks.SEQUENCE, blocks.HIDDEN))
+    model = keras.Model(inputs, Local(name="local")(inputs))
+    text = pruning.DependencyGraph(model).explain("local")
+    assert "defined in a function, so a JAX worker process cannot import it" in text
 
 
 # The cross-check with keras_hub's hand-written specs (keras-hub 0.32: its
@@ -195,7 +257,6 @@ HUB = {
 def test_derived_couplings_equal_the_keras_hub_specs(name):
     pytest.importorskip("keras_hub")
     from maskfit.structured.hub import couplings as couplings_hub
-    from tests.helpers import hub_cases
 
     if name == "gemma-2kv":
         model = hub_cases.backbone("gemma", num_key_value_heads=2)

@@ -11,10 +11,14 @@ check (`maskfit.structured.hub.check`), which fixes a space whose removal
 does not cut exactly its entries off. Blocks of one signature (class,
 config, weight shapes, input shape) are derived once per process.
 
-Only under JAX (`maskfit.support.FEATURES["derived_couplings"]`): under
-TensorFlow and torch such a layer is refused with a reason that says so
-(declare its coupling, or select its units under JAX).
+Under TensorFlow the jaxpr is made in a JAX worker process (`worker`),
+from the layer's class and config, and the gradient check runs on the
+layer itself. Under torch nothing is derived
+(`maskfit.support.FEATURES["derived_couplings"]`): such a layer is
+refused with a reason that says so.
 """
+
+import keras
 
 from maskfit import support
 from maskfit.kinds.couplings import lookup
@@ -24,6 +28,7 @@ from maskfit.kinds.couplings.calls import TensorUnits
 from maskfit.structured.derive import propagate as derive_propagate
 from maskfit.structured.derive import spaces as derive_spaces
 from maskfit.structured.derive import trace as derive_trace
+from maskfit.structured.derive import worker as derive_worker
 from maskfit.structured.hub import check as hub_check
 from maskfit.structured.hub import couplings as couplings_hub  # noqa: F401 - its fallback first
 
@@ -39,7 +44,8 @@ def derive(layer, input_shape):
     """The unit spaces of `layer` called on `input_shape`, derived from its jaxpr.
 
     Args:
-      layer: a built layer (under `KERAS_BACKEND=jax`).
+      layer: a built layer (under TensorFlow, its class importable and its
+        config complete: it is rebuilt in a JAX worker process).
       input_shape: its first input's shape.
 
     Returns:
@@ -50,6 +56,17 @@ def derive(layer, input_shape):
     key = check_signature.signature(layer, tuple(input_shape), "derived coupling")
     if key is not None and key in _MEMO:
         return _MEMO[key]
+    if keras.backend.backend() == "jax":
+        found = _derive_here(layer, input_shape)
+    else:
+        found = derive_worker.derive_in_worker(layer, input_shape)
+    if key is not None:
+        _MEMO[key] = found
+    return found
+
+
+def _derive_here(layer, input_shape):
+    """`derive` under the JAX backend: the layer's own jaxpr."""
     traced = derive_trace.trace(layer, input_shape)
     labels = derive_propagate.propagate(
         traced.jaxpr, traced.weights, traced.inputs, traced.outputs
@@ -61,10 +78,7 @@ def derive(layer, input_shape):
     residual = out_rank > 0 and labels.family(last_in) == labels.family(
         ("output", 0, out_rank - 1)
     )
-    found = (spaces, reasons, residual)
-    if key is not None:
-        _MEMO[key] = found
-    return found
+    return spaces, reasons, residual
 
 
 class Derived(Coupling):
@@ -118,13 +132,8 @@ class Derived(Coupling):
         return [first] + [rest] * (call.num_outputs - 1)
 
     def shrink_config(self, layer, config, shrunk):
-        raise ValueError(
-            f"shrink: layer '{layer.name}' ({type(layer).__name__}) prunes by a"
-            " coupling derived from its computation, and nothing says which of"
-            " its config's fields write its unit counts. Keep the masked model,"
-            " or declare its coupling (maskfit.pruning.register_coupling) with a"
-            " shrink_config."
-        )
+        """The same config: `shrink` keeps such a layer's size, its removed entries 0."""
+        return config
 
 
 def derived_coupling(layer):
