@@ -12,7 +12,8 @@ Each is a subclassed layer over `Dense` / `EinsumDense` sublayers that
 - `ParallelBlock`: attention and FFN side by side on one normalized input,
   added to the residual (GPT-NeoX, Phi style);
 - `ReducedFFN`: an FFN whose hidden units are summed over (`ops.sum` on the
-  unit axis), which derivation must refuse naming the operation.
+  unit axis), which derivation must refuse naming the operation;
+- `ForgetfulFFN`: a config without its width (a JAX worker cannot rebuild it).
 
 `recorded(coupling, layer)` and `derived(layer, shape)` put a hand-written
 keras_hub spec and a derived coupling in one comparable form.
@@ -152,6 +153,15 @@ class ReducedFFN(GatedFFN):
     def call(self, x):
         h = self.up(self.norm(x))
         return x + self.down(h) * ops.sum(h, axis=-1, keepdims=True)
+
+
+class ForgetfulFFN(GatedFFN):
+    """A `GatedFFN` whose config forgets its width: it rebuilds other weights."""
+
+    def get_config(self):
+        config = super().get_config()
+        del config["units"]
+        return config
 
 
 def build(cls, **kwargs):

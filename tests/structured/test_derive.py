@@ -227,7 +227,7 @@ def test_tensorflow_derives_in_a_jax_worker_and_checks_here(monkeypatch):
 
 
 @pytest.mark.backends("tensorflow")
-def test_a_class_the_worker_cannot_import_is_refused_naming_why():
+def test_a_layer_the_worker_cannot_rebuild_is_refused_naming_why():
     class Local(blocks.GatedFFN):
         pass
 
@@ -235,6 +235,10 @@ def test_a_class_the_worker_cannot_import_is_refused_naming_why():
     model = keras.Model(inputs, Local(name="local")(inputs))
     text = pruning.DependencyGraph(model).explain("local")
     assert "defined in a function, so a JAX worker process cannot import it" in text
+    model, _ = blocks.build(blocks.ForgetfulFFN, units=5)
+    text = pruning.DependencyGraph(model).explain("block")
+    assert "the JAX worker that derives it failed: ValueError: its config" in text
+    assert "rebuilds other weights" in text
 
 
 # The cross-check with keras_hub's hand-written specs (keras-hub 0.32: its

@@ -10,6 +10,8 @@ positions as they do. Each space is then held to keras_hub's gradient
 check (`maskfit.structured.hub.check`), which fixes a space whose removal
 does not cut exactly its entries off. Blocks of one signature (class,
 config, weight shapes, input shape) are derived once per process.
+`shrink` keeps a derived layer's config and size, its removed units'
+entries 0 (nothing says which config fields hold its counts).
 
 Under TensorFlow the jaxpr is made in a JAX worker process (`worker`),
 from the layer's class and config, and the gradient check runs on the
@@ -139,12 +141,14 @@ class Derived(Coupling):
 def derived_coupling(layer):
     """`coupling_of`'s last fallback for a layer with weights: `Derived()`.
 
-    None for a layer without weights, or one that subclasses a built-in
-    class (its own refusal says how to declare it). Under a backend other
+    None for a layer with fewer than two weights of two or more axes (a
+    norm, an embedding: no unit space can form), or one that subclasses a
+    built-in class (its own refusal says how to declare it). Under a backend other
     than JAX, a `Refused` that says derivation needs JAX.
     """
-    if not layer.weights or lookup.builtin_base(type(layer)) is not None:
-        return None
+    matrices = sum(len(v.shape) >= 2 for v in layer.weights)
+    if matrices < 2 or lookup.builtin_base(type(layer)) is not None:
+        return None  # a unit space needs a weight that makes it and one that reads it
     if not support.runs_on("derived_couplings"):
         row = support.FEATURES["derived_couplings"]
         return Refused(
