@@ -109,6 +109,14 @@ FEATURES = {
         "prune under KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax; the shrunk stock Keras"
         " model (`shrink`) loads and trains under torch",
     ),
+    "derived_couplings": Feature(
+        "couplings derived from a layer's computation (a block that no record"
+        " or keras_hub spec names: its heads and FFN units)",
+        _BOTH,
+        "declare the layer's coupling (`maskfit_unit_coupling` or"
+        " `maskfit.pruning.register_coupling`), or select its units under"
+        " KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow",
+    ),
     "taylor_importance": Feature(
         "Taylor importances (`prune_units` or `select_units` with"
         ' `importance="taylor"`)',

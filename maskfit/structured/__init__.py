@@ -20,6 +20,8 @@ The package, by idea (each sub-package's docstring says what it may import):
   `maskfit.kinds`;
 - `hub/`: keras_hub's transformer blocks (their couplings, gradient check,
   shrinking into the same class or a twin, stock rebuilds);
+- `derive/`: couplings derived by tracing a layer's call (a jaxpr), the
+  last fallback of `coupling_of`, for layers no record or spec names;
 - `scoring/`: unit importances (magnitude, Taylor, activations) and which
   units stay.
 
@@ -29,6 +31,7 @@ records that name them, in `maskfit.kinds` (which never imports this package).
 
 from maskfit.kinds.couplings.base import Coupling, UnitCoupling
 from maskfit.kinds.couplings.lookup import coupling_of, register_coupling
+from maskfit.structured.derive import coupling as _derived  # noqa: F401 - adds its fallback
 from maskfit.structured.graph.dependency import DependencyGraph, UnitGroup
 from maskfit.structured.prune import (
     UnitSelection,

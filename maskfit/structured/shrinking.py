@@ -1,6 +1,7 @@
 """`shrink`: a smaller stock Keras model without the removed units."""
 
 import copy
+import warnings
 
 import keras
 import numpy as np
@@ -10,6 +11,7 @@ from maskfit.kinds.couplings.lookup import coupling_of
 from maskfit.spec import rules as rules_lib
 from maskfit.structured import prune as prune_units_lib
 from maskfit.structured import rule as unit_rule
+from maskfit.structured.derive import coupling as derive_coupling
 from maskfit.structured.graph import dependency as unit_graph
 from maskfit.structured.graph import keras_graph
 from maskfit.structured.hub import couplings as couplings_hub
@@ -35,6 +37,17 @@ class _Shrunk:
         if entry is not None:
             for axis, ids in entry.axes.items():
                 value = np.compress(self.kept(ids), value, axis=axis)
+        return value
+
+    def zeroed(self, variable):
+        """`variable`'s value (numpy) with the removed units' entries set to 0."""
+        value = np.array(keras.ops.convert_to_numpy(variable))
+        entry = self.graph.slices_of(variable)
+        if entry is not None:
+            for axis, ids in entry.axes.items():
+                index = [slice(None)] * value.ndim
+                index[axis] = ~self.kept(ids)
+                value[tuple(index)] = 0
         return value
 
     def count(self, layer, name="units"):
@@ -159,6 +172,11 @@ def _new_layer(layer, shrunk):
         if isinstance(coupling, couplings_hub.HubBlock):
             new = coupling.rebuild(layer, _unbuilt(config), shrunk)
             return hub_stock.StockBlock(layer, shrunk, coupling) if new is None else new
+        if isinstance(coupling, derive_coupling.Derived):
+            # Its units are its own (its input and output stay): the same
+            # config, its removed units' entries 0 (`_copy_weights`).
+            _warn_same_size(layer, shrunk)
+            return type(layer).from_config(_unbuilt(config))
         config = _unbuilt(coupling.shrink_config(layer, config, shrunk))
         return type(layer).from_config(config)
     except Exception as error:  # noqa: BLE001
@@ -258,7 +276,27 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
     )
 
 
+def _warn_same_size(layer, shrunk):
+    if all(
+        np.all(shrunk.zeroed(v) == keras.ops.convert_to_numpy(v)) for v in layer.weights
+    ):
+        return
+    warnings.warn(
+        f"shrink: layer '{layer.name}' ({type(layer).__name__}) keeps its size: its"
+        " units come from a coupling derived from its computation, and nothing"
+        " says which config fields hold their counts. Its removed units'"
+        " entries are 0, so the outputs equal the masked model's. To shrink it,"
+        " declare its coupling (maskfit.pruning.register_coupling) with a"
+        " shrink_config.",
+        stacklevel=4,
+    )
+
+
 def _copy_weights(old, new, shrunk):
+    if isinstance(coupling_of(old), derive_coupling.Derived):
+        for source, target in zip(old.weights, new.weights):
+            target.assign(shrunk.zeroed(source))
+        return
     shrunk.copy(
         old.weights,
         new.weights,

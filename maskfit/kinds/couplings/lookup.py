@@ -14,7 +14,13 @@ import keras
 from maskfit import checks, records
 from maskfit.kinds.couplings.base import Coupling, Refused
 
-__all__ = ["add_fallback", "builtin_table", "coupling_of", "register_coupling"]
+__all__ = [
+    "add_fallback",
+    "builtin_base",
+    "builtin_table",
+    "coupling_of",
+    "register_coupling",
+]
 
 DECLARATION_METHOD = "maskfit_unit_coupling"
 
@@ -56,6 +62,14 @@ def register_coupling(layer_class, coupling):
             "register_coupling expects a maskfit.pruning.Coupling, a function"
             f" layer -> Coupling, or None. Received: {coupling!r}"
         )
+
+
+def builtin_base(cls):
+    """The nearest built-in base class of `cls` with a coupling (not a refusal), or None."""
+    base = _LOOKUP.builtin_base(cls)
+    if base is None or isinstance(_LOOKUP.builtin(base), Refused):
+        return None
+    return base
 
 
 def builtin_table():
@@ -101,8 +115,8 @@ def coupling_of(layer):
             found = fallback(layer)
             if found is not None:
                 return found
-        base = _LOOKUP.builtin_base(cls)
-        if base is not None and not isinstance(_LOOKUP.builtin(base), Refused):
+        base = builtin_base(cls)
+        if base is not None:
             return Refused(
                 f"subclasses keras.layers.{base.__name__} and may compute"
                 " differently (declare it: maskfit.pruning.register_coupling("

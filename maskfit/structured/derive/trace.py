@@ -1,0 +1,60 @@
+"""A layer's stateless call as a jaxpr: the computation a coupling is derived from.
+
+The layer runs under `keras.StatelessScope` with its weights passed in as
+arguments, so every weight is an input variable of the jaxpr and each of
+its uses is an equation. Only under `KERAS_BACKEND=jax`: the jaxpr is the
+graph that `propagate` reads.
+"""
+
+import inspect
+from typing import NamedTuple
+
+import keras
+import numpy as np
+
+__all__ = ["Traced", "trace"]
+
+_FILL = 5  # the size of every unknown dimension but the batch
+
+
+class Traced(NamedTuple):
+    """A jaxpr and which of its variables are the weights, the input and the output."""
+
+    jaxpr: object
+    weights: list
+    inputs: list
+    outputs: list
+
+
+def concrete(shape):
+    """`shape` with the batch at 2 and every other unknown dimension at 5."""
+    return tuple(
+        2 if i == 0 else (_FILL if d is None else d) for i, d in enumerate(shape)
+    )
+
+
+def trace(layer, input_shape):
+    """Traces `layer(x)` for `x` of `input_shape` (float32) to a jaxpr.
+
+    Args:
+      layer: a built layer.
+      input_shape: its first input's shape (None where unknown).
+
+    Returns:
+      A `Traced`.
+    """
+    import jax  # noqa: PLC0415 - only under the JAX backend
+
+    kwargs = {}
+    if "training" in inspect.signature(layer.call).parameters:
+        kwargs["training"] = False
+    variables = list(layer.weights)
+
+    def run(x, *values):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return keras.tree.flatten(layer(x, **kwargs))[:1]
+
+    x = np.zeros(concrete(input_shape), "float32")
+    values = [v.value for v in variables]
+    jaxpr = jax.make_jaxpr(run)(x, *values).jaxpr
+    return Traced(jaxpr, jaxpr.invars[1:], jaxpr.invars[:1], jaxpr.outvars[:1])
