@@ -39,10 +39,10 @@ __all__ = ["HostRules", "join_keeps"]
 
 
 class HostRules:
-    """The mask rules of one model's JAX step, run on the host at their update steps.
+    """The mask rules of one model's JAX or torch step, run on the host at their update steps.
 
     Args:
-      model: a `MaskedModel` whose rules the JAX backend runs.
+      model: a `MaskedModel` whose rules the JAX or torch backend runs.
 
     Example:
 

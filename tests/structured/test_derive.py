@@ -143,24 +143,29 @@ def test_a_reduction_over_the_units_is_refused_naming_it():
     assert "'block/down/kernel' axis 0: 'reduce_sum' reduces over it" in text
 
 
-@pytest.mark.backends("jax")
-def test_a_wrong_derived_coupling_fails_the_gradient_check(monkeypatch):
-    model, block = blocks.build(blocks.GatedFFN)
+def _derive_without(monkeypatch, part):
+    """Makes the derivation wrong: it leaves out the weights whose path has `part`."""
     right = derive_coupling.derive
 
-    def without_up(layer, shape):
+    def wrong(layer, shape):
         spaces, reasons, residual = right(layer, shape)
-        wrong = [
+        kept = [
             s._replace(
                 entries=tuple(
-                    e for e in s.entries if "up/" not in layer.weights[e.weight].path
+                    e for e in s.entries if part not in layer.weights[e.weight].path
                 )
             )
             for s in spaces
         ]
-        return wrong, reasons, residual
+        return kept, reasons, residual
 
-    monkeypatch.setattr(derive_coupling, "derive", without_up)
+    monkeypatch.setattr(derive_coupling, "derive", wrong)
+
+
+@pytest.mark.backends("jax")
+def test_a_wrong_derived_coupling_fails_the_gradient_check(monkeypatch):
+    model, block = blocks.build(blocks.GatedFFN)
+    _derive_without(monkeypatch, "up/")
     text = pruning.DependencyGraph(model).explain("block")
     assert "6 stay" in text and "gradient check" in text
     assert "cuts off entries of 'block/up/kernel'" in text
@@ -207,21 +212,7 @@ def test_tensorflow_derives_in_a_jax_worker_and_checks_here(monkeypatch):
     assert (len(removed["heads"]), len(removed["units"])) == (1, 3)
     # The same derivation, wrong (the FFN's up projection left out): the
     # check under TensorFlow refuses it.
-    right = derive_coupling.derive
-
-    def without_up(layer, shape):
-        spaces, reasons, residual = right(layer, shape)
-        keep = [
-            s._replace(
-                entries=tuple(
-                    e for e in s.entries if "/up/" not in layer.weights[e.weight].path
-                )
-            )
-            for s in spaces
-        ]
-        return keep, reasons, residual
-
-    monkeypatch.setattr(derive_coupling, "derive", without_up)
+    _derive_without(monkeypatch, "/up/")
     text = pruning.DependencyGraph(model).explain("block")
     assert "6 stay" in text and "cuts off entries of 'block/ffn/up/kernel'" in text
 
