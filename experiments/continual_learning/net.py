@@ -182,29 +182,34 @@ class Network:
         )
 
     def _make_logits_fn(self, settings):
-        positions = [
-            next(i for i, v in enumerate(self.model.trainable_variables) if v is kernel)
-            for kernel in (l.kernel for l in self.layers)
-        ]
+        def current():
+            # Read at each call (or trace): which variables are trainable can
+            # change between tasks (heads frozen and thawed), and with it the
+            # order `stateless_call` takes their values in.
+            groups = (
+                self.model.trainable_variables,
+                self.model.non_trainable_variables,
+            )
+            where = tuple(
+                next(
+                    (g, i)
+                    for g, group in enumerate(groups)
+                    for i, v in enumerate(group)
+                    if v is layer.kernel
+                )
+                for layer in self.layers
+            )
+            return where, [[v.value for v in group] for group in groups]
 
-        def logits(trainable, non_trainable, x, head, keep):
+        def logits(where, values, x, head, keep):
             # The kernels' entries outside `keep` read as +0 in this forward
             # pass only: the variables themselves are not touched.
-            trainable = list(trainable)
-            for position, k in zip(positions, keep):
-                value = trainable[position]
-                trainable[position] = ops.where(k, value, ops.zeros_like(value))
-            outputs, _ = self.model.stateless_call(
-                trainable, non_trainable, x, training=False
-            )
+            values = [list(group) for group in values]
+            for (g, i), k in zip(where, keep):
+                values[g][i] = ops.where(k, values[g][i], ops.zeros_like(values[g][i]))
+            outputs, _ = self.model.stateless_call(*values, x, training=False)
             outputs = ops.reshape(outputs, [-1, self.heads, self.classes_per_head])
             return ops.take(outputs, head, axis=1)
-
-        def values():
-            return (
-                [v.value for v in self.model.trainable_variables],
-                [v.value for v in self.model.non_trainable_variables],
-            )
 
         compiled = not settings.compile_kwargs.get("run_eagerly")
         if keras.backend.backend() == "tensorflow" and compiled:
@@ -218,7 +223,7 @@ class Network:
                 [tf.TensorSpec(l.kernel.shape, tf.bool) for l in self.layers],
             ]
             return tf.function(
-                lambda x, head, keep: logits(*values(), x, head, keep),
+                lambda x, head, keep: logits(*current(), x, head, keep),
                 input_signature=signature,
                 jit_compile=bool(settings.compile_kwargs.get("jit_compile")),
             )
@@ -227,9 +232,9 @@ class Network:
 
             # The variables' values are arguments: a jitted function that read
             # them inside would keep those of its first call.
-            jitted = jax.jit(logits)
-            return lambda x, head, keep: jitted(*values(), x, head, keep)
-        return lambda x, head, keep: logits(*values(), x, head, keep)
+            jitted = jax.jit(logits, static_argnums=0)
+            return lambda x, head, keep: jitted(*current(), x, head, keep)
+        return lambda x, head, keep: logits(*current(), x, head, keep)
 
     def task_logits(self, settings, x, head, keep=None):
         """The logits of head `head` for `x`, kernels masked by `keep`.
