@@ -124,8 +124,9 @@ def masked_apply(optimizer, masks, gradients, variables, mask=None):
 
     Runs under `torch.no_grad()`, on the variables' values in place. Eagerly,
     the frozen entries are held by a `maskfit.backend.torch_guard.Guard`
-    (bit operations in place, the kept bits reused across steps); under
-    `torch.compile` by a copy of each held tensor, which it traces.
+    (one integer pass on the raw bits in place, the kept bits reused across
+    steps); under `torch.compile` by a copy of each held tensor, which it
+    traces.
 
     Args:
       optimizer: a Keras optimizer (built for `variables`, or to be built).

@@ -4,10 +4,15 @@ Keras's torch optimizers update every variable in place, so the frozen
 entries of a masked variable, of its optimizer slots of its shape and of its
 EMA average are put back after `optimizer.apply`. `Guard` does it with
 integer views of the raw bits, in place: each tensor `t` is restored as
-`t = (t & keep) | kept`, where `keep` is all ones where an entry learns and
-zeros where it is frozen, and `kept` holds the frozen entries' bits from
-before the update (zeros elsewhere). Two in-place passes, no allocation, and
-exact for every value, -0.0 and each NaN payload included.
+`t = kept + t * keep` in one pass (`torch.addcmul` written into `t`), where
+`keep` is 1 where an entry learns and 0 where it is frozen, and `kept` holds
+the frozen entries' bits from before the update (zeros elsewhere). One of
+the two terms is always 0, so the integer arithmetic never overflows: it is
+exact for every value, -0.0 and each NaN payload included, with no
+allocation. One pass rather than two (`(t & mask) | kept`) because each
+elementwise op over a large tensor is one parallel region of torch's thread
+pool, and on a loaded machine each region costs far more than its bytes
+(`docs/benchmarks.md`, the torch table).
 
 The kept bits are taken once and reused across steps: after each restore,
 the guard notes the tensor's version counter (`Tensor._version`, bumped by
@@ -15,7 +20,7 @@ every in-place write), and takes the bits again only when something else
 wrote to the tensor since (`assign`, a load, another optimizer). A variable
 or slot whose mask is all ones is not held at all, and a tensor the update
 left untouched is not restored. Everything a step needs per variable is
-worked out once per mask version and interval (`Guard.plan`).
+worked out once per mask version and interval, when the `Guard` is built.
 """
 
 import keras
@@ -34,12 +39,10 @@ def int_view(tensor):
     return tensor.view(_INT[tensor.element_size()])
 
 
-def _keep_bits(frozen, dtype):
-    """All ones where an entry learns, zeros where frozen, as integers of `dtype`'s size."""
+def _keep_ones(frozen, dtype):
+    """1 where an entry learns, 0 where frozen, as integers of `dtype`'s size."""
     int_dtype = _INT[torch.empty((), dtype=dtype).element_size()]
-    return torch.where(
-        frozen, torch.zeros((), dtype=int_dtype), torch.full((), -1, dtype=int_dtype)
-    )
+    return torch.logical_not(frozen).to(int_dtype)
 
 
 class _Kept:
@@ -50,7 +53,7 @@ class _Kept:
     def __init__(self, source, keep):
         self.source = source  # the Keras variable; its tensor may be replaced
         self.tensor = source.value
-        self.keep = keep  # None: the whole tensor is held
+        self.keep = keep  # 1 where it learns, 0 where frozen; None: held whole
         self.bits = None
         self.version = -1
 
@@ -67,9 +70,7 @@ class _Kept:
         if self.keep is None:
             self.bits = tensor.detach().clone()
         else:
-            self.bits = torch.bitwise_and(
-                int_view(tensor), torch.bitwise_not(self.keep)
-            )
+            self.bits = int_view(tensor) * (1 - self.keep)
         self.version = internals.torch_trainer.tensor_version(tensor)
 
     def restore(self, bits=None):
@@ -82,7 +83,8 @@ class _Kept:
         if self.keep is None:
             tensor.copy_(bits)
         else:
-            int_view(tensor).bitwise_and_(self.keep).bitwise_or_(bits)
+            view = int_view(tensor)
+            torch.addcmul(bits, view, self.keep, out=view)
         self.version = internals.torch_trainer.tensor_version(tensor)
 
 
@@ -119,7 +121,7 @@ class Guard:
 
     def __init__(self, masks, selected, missing, slots, variables):
         self.frozen = {}  # position: bool tensor of the mask's shape
-        self.keeps = {}  # position: its keep bits (all ones where it learns)
+        self.keeps = {}  # position: its keep (1 where it learns, 0 where frozen)
         held = []
         for position, mask in zip(masks.positions, selected):
             mask = torch.as_tensor(mask)
@@ -128,7 +130,7 @@ class Guard:
                 continue  # all ones: nothing to hold (missing: held whole below)
             self.frozen[position] = frozen
             value = variables[position].value
-            keep = _keep_bits(frozen.to(value.device), value.dtype)
+            keep = _keep_ones(frozen.to(value.device), value.dtype)
             self.keeps[position] = keep
             held.append((position, keep))
         held.extend((position, None) for position in sorted(missing))
@@ -177,7 +179,7 @@ class Guard:
                 gradients[position] = gradient
             elif gradient is variables[position].value.grad:
                 # +0.0 where frozen (all bits cleared): one pass, in place.
-                int_view(gradient).bitwise_and_(self.keeps[position])
+                int_view(gradient).mul_(self.keeps[position])
             else:
                 gradients[position] = gradient.masked_fill(frozen, 0)
         return gradients

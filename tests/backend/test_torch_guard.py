@@ -4,7 +4,8 @@ The guard keeps a frozen entry's bits across steps and takes them again only
 when something other than the update wrote the tensor (its version counter
 moved). These tests write frozen entries of a variable and of an optimizer
 slot between `fit` calls, with -0.0 and a NaN payload among the values, and
-expect exactly those bits after more steps; and a mask of all ones (not held
+expect exactly those bits after more steps, also through the int16 and int64
+views of float16 and float64 kernels; and a mask of all ones (not held
 at all) to train bit for bit as stock Keras does.
 """
 
@@ -104,3 +105,29 @@ def test_the_masking_stage_returns_zeros_at_frozen_entries_in_the_step():
         np.testing.assert_array_equal(gradient[..., 1], 0.0)
         assert not np.signbit(gradient[..., 1]).any()  # +0.0, not -0.0
         assert np.all(gradient[..., 0] != 0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_element_mask_holds_odd_bits_at_every_integer_width(dtype):
+    # The restore runs on int16 / int32 / int64 views of the raw bits.
+    keras.utils.set_random_seed(0)
+    model = maskfit.MaskedSequential(
+        [keras.Input((4,)), keras.layers.Dense(3, dtype=dtype)]
+    )
+    keep = np.ones((4, 3), bool)
+    keep[:, 1] = False  # column 1 frozen: it gets the odd values
+    keep[0, 0] = False
+    maskfit.set_mask(model.layers[0], maskfit.ElementMask({"kernel": keep}))
+    model.compile(
+        keras.optimizers.AdamW(0.05, weight_decay=0.1, use_ema=True), loss="mse"
+    )
+    kernel = model.layers[0].kernel
+    value = keras.ops.convert_to_numpy(kernel).copy()
+    value[:, 1] = _ODD.astype(dtype)  # float16/64: -0.0 and a NaN, converted
+    kernel.assign(value)
+    before = keras.ops.convert_to_numpy(kernel).copy()
+    _fit(model, 2)
+    after = keras.ops.convert_to_numpy(kernel)
+    width = {"float16": np.uint16, "float32": np.uint32, "float64": np.uint64}[dtype]
+    np.testing.assert_array_equal(after.view(width)[~keep], before.view(width)[~keep])
+    assert np.all(after[keep] != before[keep])  # the rest learned
