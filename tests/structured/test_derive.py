@@ -102,10 +102,9 @@ def test_heads_reshaped_out_of_dense_columns_are_derived():
     }
 
 
-@pytest.mark.backends("jax")
-def test_a_parallel_block_has_heads_and_ffn_units():
-    model, block = blocks.build(blocks.ParallelBlock)
-    assert _spaces(block) == {
+def _parallel_block_spaces():
+    """What `_spaces` reads on `blocks.ParallelBlock`: 2 heads, the FFN's units."""
+    return {
         "heads": _heads([0, 0, 1, 1], [0, 1]),
         "units": {
             "ffn/up/kernel": (1, _UNITS, False),
@@ -113,6 +112,12 @@ def test_a_parallel_block_has_heads_and_ffn_units():
             "ffn/down/kernel": (0, _UNITS, True),
         },
     }
+
+
+@pytest.mark.backends("jax")
+def test_a_parallel_block_has_heads_and_ffn_units():
+    model, block = blocks.build(blocks.ParallelBlock)
+    assert _spaces(block) == _parallel_block_spaces()
     assert isinstance(pruning.coupling_of(block), derive_coupling.Derived)
     graph = pruning.DependencyGraph(model)
     assert [(s.name, s.size) for s in graph.spaces if s.layer is block] == [
@@ -200,14 +205,7 @@ def test_torch_refuses_saying_derivation_needs_tensorflow_or_jax():
 @pytest.mark.backends("tensorflow")
 def test_tensorflow_derives_in_a_jax_worker_and_checks_here(monkeypatch):
     model, block = blocks.build(blocks.ParallelBlock)
-    assert _spaces(block) == {
-        "heads": _heads([0, 0, 1, 1], [0, 1]),
-        "units": {
-            "ffn/up/kernel": (1, _UNITS, False),
-            "ffn/up/bias": (0, _UNITS, False),
-            "ffn/down/kernel": (0, _UNITS, True),
-        },
-    }
+    assert _spaces(block) == _parallel_block_spaces()
     removed = pruning.select_units(model, 0.5).removed()["block"]
     assert (len(removed["heads"]), len(removed["units"])) == (1, 3)
     # The same derivation, wrong (the FFN's up projection left out): the
