@@ -166,7 +166,8 @@ def _guard(optimizer, masks, gradients, variables):
     if cache is not None and cache[0] == key and cache[1] is masks:
         return cache[2]
     selected = [t[i] for t, i in zip(masks.tables, intervals)]
-    guard = torch_guard.Guard(masks, selected, missing, slots, variables)
+    filled = torch_guard.sqrt_slots(optimizer)
+    guard = torch_guard.Guard(masks, selected, missing, slots, variables, filled)
     guard.selected = selected
     internals.set_untracked(optimizer, _GUARD_ATTR, (key, masks, guard, slots))
     return guard

@@ -21,6 +21,16 @@ wrote to the tensor since (`assign`, a load, another optimizer). A variable
 or slot whose mask is all ones is not held at all, and a tensor the update
 left untouched is not restored. Everything a step needs per variable is
 worked out once per mask version and interval, when the `Guard` is built.
+
+Adam's, AdamW's and Nadam's second moments are 0 at entries that never
+learned, and torch's CPU `sqrt` is several times slower on zeros than on
+other values (`docs/benchmarks.md`). Their held second-moment slots get
+1.0 written into their frozen entries just before the update (after their
+bits are kept), so the update's `sqrt` sees no zeros there; the restore puts
+the kept bits back, as for any slot. This only changes what the update
+computes at frozen entries, all of which are restored: in these optimizers'
+updates an entry reads no other entry (no norm over the tensor, unlike LAMB),
+and the classes are matched exactly, since a subclass may change the update.
 """
 
 import keras
@@ -29,14 +39,43 @@ import torch
 from maskfit import internals
 from maskfit.step import stateless
 
-__all__ = ["Guard", "copied", "int_view"]
+__all__ = ["Guard", "copied", "int_view", "sqrt_slots"]
 
+_TORCH_OPTIMIZERS = "keras.src.backend.torch.optimizers."
 _INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def int_view(tensor):
     """`tensor`'s bits as signed integers of its element size (a view, no copy)."""
     return tensor.view(_INT[tensor.element_size()])
+
+
+# The second-moment slots, as optimizer attributes, of the exact classes
+# whose update reads each entry of them only for that entry (and `sqrt`s it).
+_SQRT_SLOTS = {
+    "Adam": ("_velocities", "_velocity_hats"),
+    "AdamW": ("_velocities", "_velocity_hats"),
+    "Nadam": ("_velocities",),
+}
+
+
+def sqrt_slots(optimizer):
+    """The ids of the slots within `optimizer` whose frozen entries may be filled.
+
+    Those the update takes the `sqrt` of, in optimizers where an entry's update
+    reads no other entry (`_SQRT_SLOTS`, exact classes only).
+    """
+    found = set()
+    for each in internals.optimizers_within(optimizer):
+        name = type(each).__name__
+        attributes = _SQRT_SLOTS.get(name, ())
+        # Keras's own torch class (`torch_adam.Adam`...), never a subclass.
+        own = type(each).__module__ == f"{_TORCH_OPTIMIZERS}torch_{name.lower()}"
+        if not (attributes and own and each.built):
+            continue
+        slots, _ = internals.optimizer_state(each)
+        found.update(id(s) for (name, _), s in slots.items() if name in attributes)
+    return frozenset(found)
 
 
 def _keep_ones(frozen, dtype):
@@ -48,14 +87,15 @@ def _keep_ones(frozen, dtype):
 class _Kept:
     """One tensor's frozen bits, with the version counter at which they hold."""
 
-    __slots__ = ("source", "tensor", "keep", "bits", "version")
+    __slots__ = ("source", "tensor", "keep", "bits", "version", "fill")
 
-    def __init__(self, source, keep):
+    def __init__(self, source, keep, fill=None):
         self.source = source  # the Keras variable; its tensor may be replaced
         self.tensor = source.value
         self.keep = keep  # 1 where it learns, 0 where frozen; None: held whole
         self.bits = None
         self.version = -1
+        self.fill = fill  # bool, True where 1.0 goes in before the update
 
     def take(self):
         """Reads the frozen bits again when the tensor was written since the last restore."""
@@ -72,6 +112,11 @@ class _Kept:
         else:
             self.bits = int_view(tensor) * (1 - self.keep)
         self.version = internals.torch_trainer.tensor_version(tensor)
+
+    def fill_frozen(self):
+        """Writes 1.0 into the frozen entries (kept already; the restore puts them back)."""
+        if self.fill is not None:
+            self.tensor.masked_fill_(self.fill, 1.0)
 
     def restore(self, bits=None):
         """Puts the frozen bits back (`bits`: another tensor's, for an EMA average)."""
@@ -93,9 +138,11 @@ class _Held:
 
     __slots__ = ("variable", "slots", "average")
 
-    def __init__(self, variable, keep, slots, average):
+    def __init__(self, variable, keep, slots, average, fill=None, filled=()):
         self.variable = _Kept(variable, keep)
-        self.slots = [_Kept(slot, keep) for slot in slots]
+        self.slots = [
+            _Kept(slot, keep, fill if id(slot) in filled else None) for slot in slots
+        ]
         self.average = None if average is None else _Kept(average, keep)
 
 
@@ -111,6 +158,8 @@ class Guard:
       missing: positions whose gradient is None, held whole.
       slots: per variable, `(slots, average)` as `maskfit.step.stateless._slots`.
       variables: the Keras variables, in the masks' order.
+      filled: ids of the slots whose frozen entries get 1.0 before the
+        update (`sqrt_slots`); a variable held whole fills none.
 
     Example:
 
@@ -119,7 +168,7 @@ class Guard:
     [-2147483648]
     """
 
-    def __init__(self, masks, selected, missing, slots, variables):
+    def __init__(self, masks, selected, missing, slots, variables, filled=()):
         self.frozen = {}  # position: bool tensor of the mask's shape
         self.keeps = {}  # position: its keep (1 where it learns, 0 where frozen)
         held = []
@@ -137,16 +186,30 @@ class Guard:
         self.held = []
         for position, keep in held:
             own, average = slots[position]
+            fill = self.frozen.get(position) if keep is not None else None
+            if fill is not None:
+                fill = fill.to(variables[position].value.device)
             self.held.append(
-                _Held(variables[position], keep, [s for s, _ in own], average)
+                _Held(
+                    variables[position],
+                    keep,
+                    [s for s, _ in own],
+                    average,
+                    fill,
+                    filled if fill is not None else (),
+                )
             )
 
     def take(self):
-        """Before the update: the frozen bits, read again only where written since."""
+        """Before the update: the frozen bits, read again only where written since.
+
+        Then 1.0 goes into the frozen entries of the slots to fill.
+        """
         for held in self.held:
             held.variable.take()
             for slot in held.slots:
                 slot.take()
+                slot.fill_frozen()
 
     def restore(self):
         """After the update: the frozen entries put back, bit for bit, in place."""
