@@ -131,3 +131,64 @@ def test_element_mask_holds_odd_bits_at_every_integer_width(dtype):
     width = {"float16": np.uint16, "float32": np.uint32, "float64": np.uint64}[dtype]
     np.testing.assert_array_equal(after.view(width)[~keep], before.view(width)[~keep])
     assert np.all(after[keep] != before[keep])  # the rest learned
+
+
+class _MyAdam(keras.optimizers.Adam):
+    """A subclass may change the update: its slots are never filled."""
+
+
+@pytest.mark.parametrize(
+    "make, filled",
+    [
+        (lambda: keras.optimizers.Adam(amsgrad=True), {"velocity", "velocity_hat"}),
+        (lambda: keras.optimizers.AdamW(), {"velocity"}),
+        (lambda: keras.optimizers.Nadam(), {"velocity"}),
+        (
+            lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam()),
+            {"velocity"},
+        ),
+        (lambda: keras.optimizers.Lamb(), set()),  # its trust ratio reads every entry
+        (lambda: keras.optimizers.Lion(), set()),
+        (lambda: keras.optimizers.RMSprop(), set()),  # adds epsilon before its sqrt
+        (lambda: _MyAdam(), set()),
+    ],
+)
+def test_only_elementwise_second_moments_are_filled(make, filled):
+    from maskfit.backend import torch_guard
+
+    optimizer = make()
+    variable = keras.Variable(np.ones((2, 2), "float32"), name="w")
+    optimizer.build([variable])
+    ids = torch_guard.sqrt_slots(optimizer)
+    found = {v.path.split("w_")[-1] for v in optimizer.variables if id(v) in ids}
+    assert found == filled
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_the_update_takes_no_sqrt_of_a_zero_at_frozen_entries(monkeypatch, amsgrad):
+    # torch's CPU sqrt is slow on zeros; the frozen second moments (0 here)
+    # get 1.0 for the update, then their bits back, as the variable's.
+    import torch
+
+    zeros = []
+
+    def sqrt(tensors):
+        zeros.append(sum(int((t == 0).sum()) for t in tensors))
+        return real(tensors)
+
+    real = torch._foreach_sqrt
+    monkeypatch.setattr(torch, "_foreach_sqrt", sqrt)
+    keras.utils.set_random_seed(0)
+    model = maskfit.MaskedSequential([keras.Input((4,)), keras.layers.Dense(3)])
+    keep = np.random.default_rng(1).random((4, 3)) < 0.5
+    maskfit.set_mask(model.layers[0], maskfit.ElementMask({"kernel": keep}))
+    model.compile(keras.optimizers.Adam(0.05, amsgrad=amsgrad), loss="mse")
+    kernel = model.layers[0].kernel
+    before = _bits(kernel).copy()
+    _fit(model, 2)
+    assert zeros == [0] * 4  # 16 samples in batches of 8, two epochs
+    np.testing.assert_array_equal(_bits(kernel)[~keep], before[~keep])
+    assert np.all(_bits(kernel)[keep] != before[keep])
+    for slot in model.optimizer.variables:
+        if tuple(slot.shape) == (4, 3):  # each moment: +0.0 where frozen
+            np.testing.assert_array_equal(_bits(slot)[~keep], 0)
