@@ -41,7 +41,6 @@ from maskfit.step import stateless
 
 __all__ = ["Guard", "copied", "int_view", "sqrt_slots"]
 
-_TORCH_OPTIMIZERS = "keras.src.backend.torch.optimizers."
 _INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -50,27 +49,17 @@ def int_view(tensor):
     return tensor.view(_INT[tensor.element_size()])
 
 
-# The second-moment slots, as optimizer attributes, of the exact classes
-# whose update reads each entry of them only for that entry (and `sqrt`s it).
-_SQRT_SLOTS = {
-    "Adam": ("_velocities", "_velocity_hats"),
-    "AdamW": ("_velocities", "_velocity_hats"),
-    "Nadam": ("_velocities",),
-}
-
-
 def sqrt_slots(optimizer):
     """The ids of the slots within `optimizer` whose frozen entries may be filled.
 
     Those the update takes the `sqrt` of, in optimizers where an entry's update
-    reads no other entry (`_SQRT_SLOTS`, exact classes only).
+    reads no other entry (`internals.torch_trainer.SQRT_SLOTS`, exact classes only).
     """
     found = set()
     for each in internals.optimizers_within(optimizer):
-        name = type(each).__name__
-        attributes = _SQRT_SLOTS.get(name, ())
+        attributes = internals.torch_trainer.SQRT_SLOTS.get(type(each).__name__, ())
         # Keras's own torch class (`torch_adam.Adam`...), never a subclass.
-        own = type(each).__module__ == f"{_TORCH_OPTIMIZERS}torch_{name.lower()}"
+        own = internals.torch_trainer.is_own_torch_optimizer(each)
         if not (attributes and own and each.built):
             continue
         slots, _ = internals.optimizer_state(each)

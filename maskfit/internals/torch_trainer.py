@@ -10,6 +10,7 @@ from maskfit.internals.models import set_method
 _TRAINER = "keras.src.backend.torch.trainer"
 _BASE_OPTIMIZER = "keras.src.optimizers.base_optimizer"
 _TORCH_OPTIMIZERS = "keras.src.backend.torch."
+_OPTIMIZER_MODULES = "keras.src.backend.torch.optimizers."
 
 # (where, member, what it is for).
 PRIVATE_MEMBERS = (
@@ -45,7 +46,43 @@ PRIVATE_MEMBERS = (
         " only when something other than the update wrote the tensor since its"
         " last restore; no public way to ask whether a tensor was written.",
     ),
+    *(
+        (
+            f"{_OPTIMIZER_MODULES}torch_{name.lower()}",
+            name,
+            f"Keras's own torch {name}: the torch guard fills the frozen entries"
+            " of its second moments (`SQRT_SLOTS`) only in this exact class, never"
+            " in a subclass, whose update may read other entries.",
+        )
+        for name in ("Adam", "AdamW", "Nadam")
+    ),
+    *(
+        (
+            "keras.optimizers.Adam (built, amsgrad=True)",
+            attribute,
+            "the attribute in which Adam, AdamW and Nadam keep their second"
+            " moments (and amsgrad's maximum of them), whose `sqrt` the update"
+            " takes: the torch guard fills their frozen entries with 1.0 before"
+            " the update (torch's CPU `sqrt` is slower on zeros) and restores them."
+            " Renamed, the fill does not happen (slower, still exact).",
+        )
+        for attribute in ("_velocities", "_velocity_hats")
+    ),
 )
+
+# The second-moment slots, by optimizer attribute, of the exact classes whose
+# update reads each entry of them only for that entry (and takes its `sqrt`).
+SQRT_SLOTS = {
+    "Adam": ("_velocities", "_velocity_hats"),
+    "AdamW": ("_velocities", "_velocity_hats"),
+    "Nadam": ("_velocities",),
+}
+
+
+def is_own_torch_optimizer(optimizer):
+    """Whether `optimizer`'s class is Keras's own torch class of its name (no subclass)."""
+    name = type(optimizer).__name__
+    return type(optimizer).__module__ == f"{_OPTIMIZER_MODULES}torch_{name.lower()}"
 
 
 def _trainer():
@@ -126,11 +163,18 @@ def missing_members():
     except ImportError:
         return []
     base = importlib.import_module(_BASE_OPTIMIZER).BaseOptimizer
+    import keras
     import torch
 
+    adam = keras.optimizers.Adam(amsgrad=True)
+    adam.build([keras.Variable([0.0])])  # the slots are made in `build`
     owners = {
         f"{_TRAINER}.TorchTrainer": trainer,
         f"{_BASE_OPTIMIZER}.BaseOptimizer": base,
         "torch.Tensor": torch.zeros(()),  # `_version` is an instance's
+        "keras.optimizers.Adam (built, amsgrad=True)": adam,
     }
+    for name in SQRT_SLOTS:
+        where = f"{_OPTIMIZER_MODULES}torch_{name.lower()}"
+        owners[where] = importlib.import_module(where)
     return [(w, m) for w, m, _ in PRIVATE_MEMBERS if not hasattr(owners[w], m)]
