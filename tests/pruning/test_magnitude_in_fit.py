@@ -217,6 +217,30 @@ def _rule_run(rule, steps_per_execution):
 
 # Not under torch: Keras's torch trainer refuses steps_per_execution > 1
 # ("`steps_per_execution` must be 1 with the PyTorch backend").
+def test_a_pruning_step_learns_with_the_dropped_weights_at_zero(mode):
+    # TF-MOT drops before the step's forward pass, so the step's gradients are
+    # those of the pruned model (under torch they were of the unpruned one:
+    # the rules ran after the backward pass, found by issue 44's run test).
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, name="head")])
+    model = pruning.prune_low_magnitude(
+        model, pruning.ConstantSparsity(0.5, begin_step=1, frequency=100)
+    )
+    rng = np.random.default_rng(3)
+    kernel = rng.normal(size=(6, 4)).astype("float32")
+    model.get_layer("head").kernel.assign(kernel)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", **mode)
+    x, y = _data()
+    y = y[:, :1].repeat(4, axis=1)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    keep = magnitude.magnitude_mask(np.abs(kernel), 0.5).numpy() != 0
+    pruned = np.where(keep, kernel, 0)
+    gradient = x.T @ (2 * (x @ pruned - y) / y.size)  # mse, zero bias
+    expected = np.where(keep, pruned - 0.1 * gradient, 0)
+    np.testing.assert_allclose(
+        model.get_layer("head").kernel.numpy(), expected, rtol=1e-5, atol=1e-6
+    )
+
+
 @pytest.mark.backends("tensorflow", "jax")
 @pytest.mark.parametrize("rule", ["pruning", "rigl"])
 def test_steps_per_execution_above_one_updates_at_the_same_steps(rule):
