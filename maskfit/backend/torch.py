@@ -203,6 +203,12 @@ def train_step(model, data):
     """`MaskedModel.train_step` on torch: Keras's own, line for line, masked."""
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
 
+    # Rules (magnitude pruning) update at their steps before the forward pass,
+    # as TF-MOT and the TensorFlow and JAX steps: a step that drops entries
+    # learns with them at 0. Their keep masks are joined to the step's masks.
+    variables = model.trainable_weights[:]
+    masks = _masks(model, variables) if variables else None
+
     # Compute predictions
     if internals.call_has_training_arg(model):
         y_pred = model(x, training=True)
@@ -222,13 +228,14 @@ def train_step(model, data):
     if model.optimizer is not None:
         loss = model.optimizer.scale_loss(loss)
 
-    variables = model.trainable_weights[:]
+    built = model.trainable_weights[:]
+    if [id(v) for v in built] != [id(v) for v in variables]:
+        # Built by this forward pass: no weights to drop before it.
+        variables = built
+        masks = _masks(model, variables) if variables else None
     if variables:
         loss.backward()
         gradients = [v.value.grad for v in variables]
-        masks = model_masks(model, variables)
-        # Rules (magnitude pruning) update at their steps, their keeps joined.
-        masks = torch_rules.joined(model, masks, variables)
 
         def mask(gradients, selected, guard):
             previous = _step_masks(model)
@@ -243,6 +250,12 @@ def train_step(model, data):
         warnings.warn("The model does not have any trainable weights.", stacklevel=3)
 
     return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+
+def _masks(model, variables):
+    """The step's masks: the declared ones with the rules' keep masks joined,
+    after the rules due at this step updated the variables."""
+    return torch_rules.joined(model, model_masks(model, variables), variables)
 
 
 def apply_grad_masks(model, gradients, variables):

@@ -1,7 +1,7 @@
 """Mask rules in the torch step: keep masks computed on the host at update steps.
 
 `HostRules` (`maskfit.backend.host_rules`, shared with JAX) over the torch
-step's variables: before the update of an optimizer step where a rule
+step's variables: before the forward pass of an optimizer step where a rule
 updates (magnitude pruning at its schedule's steps), the rule's keep masks
 are computed on the host from NumPy copies of the weights, the dropped
 weights are set to +0.0 in place, and the keep masks are joined to the

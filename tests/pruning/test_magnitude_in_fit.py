@@ -217,6 +217,30 @@ def _rule_run(rule, steps_per_execution):
 
 # Not under torch: Keras's torch trainer refuses steps_per_execution > 1
 # ("`steps_per_execution` must be 1 with the PyTorch backend").
+def test_a_pruning_step_learns_with_the_dropped_weights_at_zero(mode):
+    # TF-MOT drops before the step's forward pass, so the step's gradients are
+    # those of the pruned model (under torch they were of the unpruned one:
+    # the rules ran after the backward pass, found by issue 44's run test).
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, name="head")])
+    model = pruning.prune_low_magnitude(
+        model, pruning.ConstantSparsity(0.5, begin_step=1, frequency=100)
+    )
+    rng = np.random.default_rng(3)
+    kernel = rng.normal(size=(6, 4)).astype("float32")
+    model.get_layer("head").kernel.assign(kernel)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", **mode)
+    x, y = _data()
+    y = y[:, :1].repeat(4, axis=1)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    keep = magnitude.magnitude_mask(np.abs(kernel), 0.5).numpy() != 0
+    pruned = np.where(keep, kernel, 0)
+    gradient = x.T @ (2 * (x @ pruned - y) / y.size)  # mse, zero bias
+    expected = np.where(keep, pruned - 0.1 * gradient, 0)
+    np.testing.assert_allclose(
+        model.get_layer("head").kernel.numpy(), expected, rtol=1e-5, atol=1e-6
+    )
+
+
 @pytest.mark.backends("tensorflow", "jax")
 @pytest.mark.parametrize("rule", ["pruning", "rigl"])
 def test_steps_per_execution_above_one_updates_at_the_same_steps(rule):
@@ -273,12 +297,10 @@ def _slow_on_torch(test):
     return pytest.mark.slow(test) if keras.backend.backend() == "torch" else test
 
 
-@pytest.mark.backends("jax", "torch")
-@_slow_on_torch
-@pytest.mark.parametrize("block_size", [(1, 1), (2, 2)], ids=["entries", "blocks"])
-def test_keep_masks_equal_the_tensorflow_steps_on_the_same_weights(
-    tmp_path, block_size
-):
+@pytest.fixture(scope="module")
+def on_tensorflow(tmp_path_factory):
+    """`(weights, results)`: tests/helpers/pruning_keeps_run.py run under
+    TensorFlow, once for the module (a subprocess: ~11 s), on these weights."""
     from tests.helpers import checkout, pruning_keeps_run
 
     rng = np.random.default_rng(5)
@@ -286,22 +308,89 @@ def test_keep_masks_equal_the_tensorflow_steps_on_the_same_weights(
     weights = {
         "hidden": (rng.integers(-8, 9, size=(6, 8)) / 8).astype("float32"),
         "head": (rng.integers(-8, 9, size=(8, 4)) / 8).astype("float32"),
+        # No ties for the Adam run (see the helper).
+        "run_hidden": rng.normal(size=(6, 8)).astype("float32"),
+        "run_head": rng.normal(size=(8, 4)).astype("float32"),
     }
-    source, out = str(tmp_path / "weights.npz"), str(tmp_path / "keeps.npz")
+    folder = tmp_path_factory.mktemp("pruning_keeps")
+    source, out = str(folder / "weights.npz"), str(folder / "results.npz")
     np.savez(source, **weights)
     env = checkout.env(KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
-    block = "x".join(map(str, block_size))
     result = subprocess.run(
-        [sys.executable, pruning_keeps_run.__file__, source, out, block],
+        [sys.executable, pruning_keeps_run.__file__, source, out],
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert "keeps: ok under tensorflow" in result.stdout, result.stderr[-4000:]
+    with np.load(out) as saved:
+        return weights, {k: saved[k] for k in saved.files}
+
+
+@pytest.mark.backends("jax", "torch")
+@_slow_on_torch
+@pytest.mark.parametrize("block_size", [(1, 1), (2, 2)], ids=["entries", "blocks"])
+def test_keep_masks_equal_the_tensorflow_steps_on_the_same_weights(
+    on_tensorflow, block_size
+):
+    from tests.helpers import pruning_keeps_run
+
+    weights, results = on_tensorflow
     here = pruning_keeps_run.keeps(weights, block_size)
-    with np.load(out) as on_tensorflow:
-        assert sorted(on_tensorflow.files) == sorted(NAMES)
+    prefix = f"keeps/{pruning_keeps_run.block_key(block_size)}/"
+    assert sorted(k for k in results if k.startswith(prefix)) == sorted(
+        prefix + name for name in NAMES
+    )
+    for name in NAMES:
+        np.testing.assert_array_equal(here[name], results[prefix + name])
+        assert 0 < here[name].sum() < here[name].size
+
+
+@pytest.mark.backends("jax", "torch")
+@_slow_on_torch
+@pytest.mark.parametrize(
+    "mode",
+    # JAX's eager steps cost ~7 s here; torch's jit (torch.compile) minutes.
+    ["eager"]
+    if keras.backend.backend() == "torch"
+    else ["jit", pytest.param("eager", marks=pytest.mark.slow)],
+    indirect=True,
+)
+def test_a_pruning_run_keeps_the_tensorflow_runs_masks_at_every_step(
+    on_tensorflow, mode
+):
+    # Issue 44: from the same weights, Adam and a schedule that drops entries
+    # at steps 1, 3, 5 and 7 give the same keep masks after every step as the
+    # TensorFlow step (so they change at the same steps), and the same kernels
+    # to float rounding; TensorFlow zeroes the Adam moments of dropped entries
+    # and JAX holds them, which no later step reads.
+    from tests.helpers import pruning_keeps_run
+
+    weights, results = on_tensorflow
+    untied = {name: weights[f"run_{name}"] for name in NAMES}
+    run = pruning_keeps_run.adam_run(untied, **mode)
+    changed = []
+    for step, (keeps, kernels) in enumerate(run, start=1):
+        expected = {n: results[f"run/{step}/keep/{n}"] for n in NAMES}
+        assert sorted(keeps) == sorted(expected), f"keep masks after step {step}"
         for name in NAMES:
-            np.testing.assert_array_equal(here[name], on_tensorflow[name])
-            assert 0 < here[name].sum() < here[name].size
+            np.testing.assert_array_equal(
+                keeps[name], expected[name], err_msg=f"{name} after step {step}"
+            )
+            np.testing.assert_allclose(
+                kernels[name],
+                results[f"run/{step}/kernel/{name}"],
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=f"{name} after step {step}",
+            )
+            dropped = kernels[name][~keeps[name]]
+            np.testing.assert_array_equal(dropped, np.zeros_like(dropped))
+        previous = run[step - 2][0] if step > 1 else {}
+        if any(
+            name not in previous or np.any(previous[name] != keeps[name])
+            for name in NAMES
+        ):
+            changed.append(step)
+    assert changed == [1, 3, 5, 7]
