@@ -394,3 +394,73 @@ def test_a_pruning_run_keeps_the_tensorflow_runs_masks_at_every_step(
         ):
             changed.append(step)
     assert changed == [1, 3, 5, 7]
+
+
+class _LazyHead(maskfit.MaskedModel):
+    """`hidden` built at construction; `head` built there or by the first call."""
+
+    def __init__(self, hidden, head, build_head):
+        super().__init__(name="lazy_head")
+        self.hidden = keras.layers.Dense(
+            4, name="hidden", kernel_initializer=lambda *a, **k: hidden
+        )
+        self.hidden.build((None, 6))
+        self.head = keras.layers.Dense(
+            3, name="head", kernel_initializer=lambda *a, **k: head
+        )
+        if build_head:
+            self.head.build((None, 4))
+
+    def call(self, x):
+        return self.head(self.hidden(x))
+
+
+def _lazy_head_run(build_head, fit):
+    rng = np.random.default_rng(5)
+    hidden = rng.normal(size=(6, 4)).astype("float32")
+    head = rng.normal(size=(4, 3)).astype("float32")
+    model = _LazyHead(hidden, head, build_head)
+    # Pruned from the first step on, at a sparsity that rises every step.
+    pruning.prune_low_magnitude(
+        model.hidden, pruning.PolynomialDecay(0.25, 0.75, 0, 3, power=1, frequency=1)
+    )
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    x, y = _data()
+    found = []
+    for _ in range(4):
+        if fit:
+            model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+        else:  # `fit` builds every layer first (a symbolic call); this does not
+            model.train_step(
+                (keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y))
+            )
+        found.append(
+            (
+                keeps_by_name(model),
+                [np.array(keras.ops.convert_to_numpy(v)) for v in model.weights],
+            )
+        )
+    return found
+
+
+@pytest.mark.backends("torch")
+def test_weights_built_by_the_first_forward_pass_change_no_pruning_step():
+    # The torch step computes its masks before the forward pass and again
+    # once that pass has built new weights (`head` here, when `train_step` is
+    # called without `fit`): the rules must run once per step all the same.
+    # The same steps with `head` built beforehand, and in `fit`, give the same bits.
+    lazy, built = _lazy_head_run(False, False), _lazy_head_run(True, False)
+    in_fit = _lazy_head_run(False, True)
+    for (keeps, weights), (keeps_fit, weights_fit) in zip(lazy, in_fit):
+        np.testing.assert_array_equal(keeps["hidden"], keeps_fit["hidden"])
+        for value, value_fit in zip(weights, weights_fit):
+            np.testing.assert_array_equal(value, value_fit)
+    assert len(lazy) == len(built) == 4
+    for (keeps, weights), (keeps_built, weights_built) in zip(lazy, built):
+        assert sorted(keeps) == sorted(keeps_built) == ["hidden"]
+        np.testing.assert_array_equal(keeps["hidden"], keeps_built["hidden"])
+        assert len(weights) == len(weights_built) == 4
+        for value, value_built in zip(weights, weights_built):
+            np.testing.assert_array_equal(value, value_built)
+    kept = [int(keeps["hidden"].sum()) for keeps, _ in lazy]
+    assert kept == [14, 10, 6, 6]  # 42%, 58%, 75% of 24 (TF-MOT's steps 1-3), held
