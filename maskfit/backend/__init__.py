@@ -8,7 +8,9 @@
   that backend's Keras trainer calls (`(data)` on TensorFlow,
   `(state, data)` on JAX);
 - `make_train_function(model, keras_make, force)`: `make_train_function`;
-- `apply_gradients(optimizer, grads, variables)`: `maskfit.apply_gradients`.
+- `apply_gradients(optimizer, grads, variables)`: `maskfit.apply_gradients`;
+- `place_masks(masks, variables)`, JAX only: `StatelessMasks` laid out like
+  their variables under a `keras.distribution` (`maskfit.stateless_masks`).
 
 This package is the top of maskfit's layer order (it imports the model, the
 step and pruning); the layers below reach it only through

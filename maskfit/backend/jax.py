@@ -19,6 +19,7 @@ import keras
 from maskfit import internals
 from maskfit.apply import _align, _checked, _pairs_to_variables
 from maskfit.backend import rule_calls, sharding
+from maskfit.backend.sharding import place_masks
 from maskfit.spec import declare, gate, version
 from maskfit.step import stateless
 
@@ -30,6 +31,7 @@ __all__ = [
     "make_train_function",
     "mask_memory",
     "model_masks",
+    "place_masks",
     "train_step",
 ]
 

@@ -21,7 +21,7 @@ import collections
 import jax
 import numpy as np
 
-__all__ = ["bytes_per_device", "place", "table_sharding"]
+__all__ = ["bytes_per_device", "place", "place_masks", "table_sharding"]
 
 
 def _spans_devices(sharding):
@@ -130,3 +130,24 @@ def bytes_per_device(arrays):
         for shard in array.addressable_shards:
             found[str(shard.device)] += shard.data.nbytes
     return dict(found)
+
+
+def place_masks(masks, variables):
+    """`masks` (of `variables`) laid out like the variables (`place`).
+
+    Under a `keras.distribution` each table is split over the devices as its
+    variable is; without one, or with variables on one device, the tables
+    stay where they are. What `maskfit.stateless_masks` returns.
+
+    Example:
+
+    >>> import keras, maskfit
+    >>> model = keras.Sequential([keras.Input((3,)), maskfit.set_mask(
+    ...     keras.layers.Dense(2), maskfit.OutputMask([1, 0]))])
+    >>> variables = model.trainable_variables
+    >>> masks = maskfit.stateless_masks(model)
+    >>> place_masks(masks, variables).positions
+    (0, 1)
+    """
+    values = [v.value for v in variables]
+    return place(masks, values, [v.path for v in variables])

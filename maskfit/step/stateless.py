@@ -8,10 +8,8 @@ the host from the declarations), so a new mask is a new argument, not a
 retrace. One step, in the order Keras's `BaseOptimizer.apply` runs its own:
 
 1. each mask in force at the optimizer step is selected from its schedule;
-2. the gradients are masked (`where`, so NaN and Inf gradients of frozen
-   entries are dropped too);
-3. `optimizer.stateless_apply`, with learning-rate multipliers
-   (`maskfit.optim.stateless_rates`);
+2. the gradients are masked (`where`: NaN and Inf gradients of frozen entries too);
+3. `optimizer.stateless_apply`, with multipliers (`maskfit.optim.stateless_rates`);
 4. around it, every assignment to a masked variable, and to each of its
    optimizer slots of its shape (momentum, Adam's moments, accumulated
    gradients), keeps the frozen entries as they are: `where(frozen,
@@ -31,7 +29,7 @@ import collections
 import keras
 import numpy as np
 
-from maskfit import internals
+from maskfit import internals, support
 from maskfit.optim import rate_modes, stateless_rates
 from maskfit.spec import declare
 from maskfit.step import declared as declared_lib
@@ -142,7 +140,8 @@ def stateless_masks(model, variables=None):
 
     Read once, on the host; call it again after `maskfit.set_mask`. On JAX
     the result is a pytree: pass it to a `jax.jit` function as an argument,
-    and new masks of the same structure need no retrace.
+    and new masks of the same structure need no retrace. Under a
+    `keras.distribution` each mask is laid out like its variable.
 
     Args:
       model: a Keras model (or layer) with masks declared in it.
@@ -163,7 +162,8 @@ def stateless_masks(model, variables=None):
     ((0, 1), 2)
     """
     variables = list(model.trainable_variables if variables is None else variables)
-    return masks_for(declare.masked_layers(model), variables)
+    place = getattr(support.step_backend(), "place_masks", lambda m, _: m)  # JAX's
+    return place(masks_for(declare.masked_layers(model), variables), variables)
 
 
 def _in_force(table, boundaries, step):

@@ -111,6 +111,14 @@ def test_each_mask_is_sharded_like_its_variable(mlp):
     _check_layouts(mlp)
 
 
+def test_stateless_masks_are_sharded_like_their_variables(mlp):
+    # `maskfit.stateless_masks`, for a user's own jit loop: declared masks only.
+    keys = [k for k in _keys(mlp) if f"sindex:{k}:0" in mlp]
+    assert len(keys) == len(_keys(mlp)) - 1  # all but the pruned kernel
+    for key in keys:
+        assert misplaced(mlp, key, _devices(mlp, "sindex", key)) == [], key
+
+
 def test_the_layout_check_fails_on_a_replicated_mask(mlp):
     # A kernel split over `model` with a full-shape mask: replicated, every
     # device would hold the whole mask, and the check must say so.

@@ -181,6 +181,8 @@ def main(kind, out):
         callbacks=callbacks,
     )
     masks = jax_backend.given_masks(model)
+    # What a user's own jit loop gets: the declared masks (no keep masks).
+    declared = maskfit.stateless_masks(model)
     memory = maskfit.mask_memory(model, print_fn=print)
     arrays = {"losses": np.array(history.history["loss"])}
     position = {v.path: i for i, v in enumerate(model.trainable_variables)}
@@ -195,6 +197,10 @@ def main(kind, out):
             arrays[f"last:{key}"] = last[path]
             arrays[f"given:{key}"] = np.asarray(table)[0]
         arrays[f"table_shape:{key}"] = np.array(table.shape)
+        if position[path] in declared.positions:
+            mine = declared.tables[declared.positions.index(position[path])]
+            for device, value in _index(mine.sharding, mine.shape).items():
+                arrays[f"sindex:{key}:{device}"] = value
         replicated = jax.sharding.NamedSharding(
             variable.value.sharding.mesh, jax.sharding.PartitionSpec()
         )
