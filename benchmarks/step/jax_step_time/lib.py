@@ -43,7 +43,8 @@ class Config(harness.TimingConfig):
 
     Attributes:
       models: Models: mlp, bert.
-      masks: Mask kinds besides stock: output, element.
+      masks: Mask kinds besides stock: output, element, pruning
+        (`benchmarks.step_time.lib.set_masks`).
       optimizer: adamw or sgd.
       mlp_depth: Hidden Dense layers of the MLP.
       mlp_width: Units per MLP layer.

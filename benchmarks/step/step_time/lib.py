@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 import maskfit
+import maskfit.pruning as pruning
 from benchmarks import harness, hlo
 from maskfit import internals
 from maskfit import model as model_lib
@@ -43,7 +44,7 @@ class Config(harness.TimingConfig):
       models: Models: mlp, cnn, bert.
       modes: Modes: graph, jit.
       optimizers: adamw, sgd.
-      masks: Mask kinds.
+      masks: Mask kinds: none, output, element, pruning (`set_masks`).
       mlp_depth: Hidden Dense layers of the MLP.
       mlp_width: Units per MLP layer.
       mlp_batch: MLP batch size.
@@ -122,8 +123,26 @@ def set_masks(model, mask, sparsity, seed):
 
     `"output"`: every other unit of each Dense and convolution frozen;
     `"element"`: a random `sparsity` share of the kernel of each Dense,
-    EinsumDense and convolution frozen; `"none"`: nothing.
+    EinsumDense and convolution frozen; `"pruning"`: magnitude pruning of
+    the kernels of those layers at `sparsity` at the first step (TF-MOT counts
+    it as step 1), its next update a million steps away (`PRUNING_FREQUENCY`),
+    so that the timed steps are those of a rule between its updates (what
+    every step of a pruning run but its update steps costs); `"none"`: nothing.
     """
+    if mask == "pruning":
+        pruning.prune_low_magnitude(
+            [
+                layer
+                for layer in internals.sublayers(model)
+                if isinstance(
+                    layer, (keras.layers.Dense, keras.layers.EinsumDense, _CONV)
+                )
+            ],
+            pruning.ConstantSparsity(
+                sparsity, begin_step=1, frequency=PRUNING_FREQUENCY
+            ),
+        )
+        return
     rng = np.random.default_rng(seed + 1)
     for layer in internals.sublayers(model):
         kernel = getattr(layer, "kernel", None)
@@ -140,6 +159,9 @@ def set_masks(model, mask, sparsity, seed):
 
 
 _CONV = keras.layers.Conv2D
+
+# The "pruning" contender's steps between updates.
+PRUNING_FREQUENCY = 1_000_000
 
 
 def _build(config, model_name, masked):
