@@ -7,8 +7,10 @@ parameter more. For each model and optimizer, stock `keras.Model` and
 frozen) each run in a process of their own, so that their peaks do not mix,
 and report the peak resident memory (`/proc/self/status` `VmHWM`, reset
 before each step, as `benchmarks.scale.measure` reads it) that the first
-step (which traces the step) and a later step add over what the process held
-just before it. The models: `mlp`, `mlp_depth` `Dense(mlp_width)` layers
+step (which traces the step) and a later step (the median over steps 2 to
+`steps`) add over what the process held just before it; oneDNN's CPU
+kernels are off in those processes, whose allocator would keep every freed
+buffer (`in_subprocess`). The models: `mlp`, `mlp_depth` `Dense(mlp_width)` layers
 under a `Dense(classes)` head; and any size of `benchmarks.scale` (a
 keras_hub Llama: `112M`, `365M`, ...).
 
