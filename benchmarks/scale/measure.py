@@ -87,7 +87,7 @@ def tokens(size, count, rng):
     }
 
 
-def _declare(model):
+def declare(model):
     """An ElementMask on every kernel: its first half of rows frozen.
 
     Returns:
@@ -181,7 +181,7 @@ def measure(size, batches=8):
     lm = phases.run("build", lambda: build(size))
     params = int(lm.count_params())
     batch = tokens(size, 1, rng)
-    kernels, entries = phases.run("declare", lambda: _declare(lm))
+    kernels, entries = phases.run("declare", lambda: declare(lm))
     stock = keras.Model(lm.inputs, lm.outputs)
     phases.run("step_stock", lambda: _first_step(stock, batch))
     masked = maskfit.MaskedModel(lm.inputs, lm.outputs)

@@ -38,10 +38,15 @@ def where_masked(values, mask):
     bool mask is True; subnormal values become 0, as in every TensorFlow CPU
     kernel, Keras's optimizers included). In graph mode this halves the masking cost per entry
     of a select, and a bool mask cast to 0/1 costs about half a select; XLA
-    fuses either form.
+    fuses either form. In a graph the cast waits for `values`: it does not
+    depend on them, so TensorFlow's executor would run every mask's cast at
+    the start of the step and hold a float copy of each mask until its
+    gradient comes (a float32 per masked entry; issue 43).
     """
     values = tf.convert_to_tensor(values)
-    return tf.math.multiply_no_nan(values, tf.cast(mask, values.dtype))
+    with tf.control_dependencies([values] if tf.inside_function() else []):
+        mask = tf.cast(mask, values.dtype)
+    return tf.math.multiply_no_nan(values, mask)
 
 
 def mask_gradient(gradient, mask):

@@ -320,9 +320,15 @@ class GradientMasker:
         """Runs `optimizer.apply` on the planned variables; frozen entries stay exact.
 
         The guarded update of `maskfit.step.update`, as `view.mode` says:
-        under `FUSED`, the masking (unless custom), the update and the restore
-        are compiled together with XLA, so that the snapshot, the optimizer's
-        passes and the restore fuse into one pass over each variable.
+        under `FUSED`, where a variable is snapshotted (or a rule's dropped
+        entries zeroed), the masking (unless custom), the update and the
+        restore are compiled together with XLA, so that the snapshot, the
+        optimizer's passes and the restore fuse into one pass over each
+        variable. Where the gradients are only masked (plain SGD), they are
+        masked in the graph and no XLA call is made: one takes every gradient
+        at once, so all of them (a float32 per parameter) would be held
+        together, where the graph masks each and applies it as it comes, as
+        stock Keras does (issue 43, `benchmarks.scale.step_memory`).
 
         Args:
           view: the step's `StepView`.
@@ -337,8 +343,7 @@ class GradientMasker:
                 gradients = view.active(full)
             update_lib.apply_guarded(view, gradients, guards)
 
-        fused = view.mode.compiled == pipeline.FUSED
-        if fused and (guards or (view.mode.masks_in_update and view.masks)):
+        if view.mode.compiled == pipeline.FUSED and guards:
             update = tf.function(update, jit_compile=True, autograph=False)
         update(view.active(gradients))
 

@@ -38,7 +38,7 @@ __all__ = [
 PLAIN = "plain"  # eagerly or in a graph: a snapshot only when the mask has a 0
 STATIC = "static"  # under XLA: every snapshot taken (XLA fuses it in)
 FUSED = "fused"  # a graph-mode step whose masking, update and restore are
-# compiled together with XLA (`GradientMasker.update_mode`)
+# compiled together with XLA where a variable is snapshotted (`GradientMasker.apply`)
 
 
 class UpdateMode(collections.namedtuple("UpdateMode", ["compiled", "custom_masking"])):
