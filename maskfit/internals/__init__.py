@@ -50,6 +50,7 @@ from maskfit.internals.models import (
     merge_call,
     set_method,
     set_untracked,
+    shapes_only,
     sublayers,
     tracing_for_xla,
     unscale_loss_for_distribution,

@@ -1,0 +1,295 @@
+"""A smaller config for a layer whose coupling is derived: found by search, then checked.
+
+A derived coupling (`coupling.Derived`) says which entries of a layer's
+weights belong to each unit, not which config fields hold the counts. So
+`resized` searches the layer's config for them: every integer (in nested
+lists and sub-layer configs too) whose value is a unit count that shrinks
+(a space's size, or an integer multiple of it, such as heads x head_dim)
+or a weight axis's length that shrinks may hold one, and is given the
+smaller number. Single substitutions are tried first, then every field of
+one value together, then all, then a greedy walk that adds the substitution
+bringing most weights to their cut shapes, then pairs and triples: at most
+`MAX_CANDIDATES` layers built per search.
+
+A candidate is accepted only when (1) every weight of the rebuilt layer has
+the shape of the old weight with the removed units' entries cut, and (2)
+with those cut weights, its output on a random probe input equals the
+output of the original layer with the removed units' entries set to 0
+(within 1e-5 of the output's scale). The outcome is kept per signature
+(class, config, weight shapes, input shape, unit counts kept), so 22
+identical blocks search once.
+"""
+
+import inspect
+import itertools
+
+import keras
+import numpy as np
+
+from maskfit import internals
+from maskfit.kinds.couplings import signature as check_signature
+
+__all__ = ["MAX_CANDIDATES", "Resized", "resized"]
+
+# Layers built and run, at most, in one search.
+MAX_CANDIDATES = 64
+
+# What `shrink` reads (`Derived.couple` writes it): the shape the layer is called at.
+INPUT_SHAPE = "derived input shape"
+
+_BATCH, _FILL, _SEED, _RTOL = 2, 5, 0, 1e-5
+
+# `{signature: (substitutions or None, fields tried)}`.
+_FOUND = {}
+
+
+class Resized:
+    """What `resized` found: the smaller layer (None: none passed) and the fields tried."""
+
+    def __init__(self, layer, fields):
+        self.layer, self.fields = layer, tuple(fields)
+
+
+def resized(layer, config, shrunk):
+    """`layer` rebuilt from `config` with its derived units' counts cut, or None.
+
+    Args:
+      layer: a built layer whose coupling is derived.
+      config: its config (as `from_config` takes it, unbuilt).
+      shrunk: `shrink`'s view of what stays (`cut`, `zeroed`, `kept`, `note`,
+        `graph.spaces`).
+
+    Returns:
+      A `Resized`: its `layer` is None where nothing is removed from
+      `layer`, where the shape it is called at is unknown, or where no
+      candidate passed both checks; `fields` names the config fields tried.
+    """
+    shape = shrunk.note(layer, INPUT_SHAPE)
+    weights = list(layer.weights)
+    cut = [shrunk.cut(v) for v in weights]
+    old = [tuple(v.shape) for v in weights]
+    if shape is None or [c.shape for c in cut] == old:
+        return Resized(None, ())
+    counts = []
+    for space in shrunk.graph.spaces:
+        if space.layer is layer:
+            counts.append((space.name, space.size, int(np.sum(shrunk.kept(space.ids)))))
+    key = check_signature.signature(layer, tuple(shape), "resize", tuple(counts))
+    if key is not None and key in _FOUND:
+        found, fields = _FOUND[key]
+        if found is None:
+            return Resized(None, fields)
+        return Resized(type(layer).from_config(_apply(config, found)), fields)
+    zeroed = [shrunk.zeroed(v) for v in weights]
+    found, new, fields = _search(layer, config, shape, (cut, zeroed), counts)
+    if key is not None:
+        _FOUND[key] = (found, fields)
+    return Resized(new, fields)
+
+
+def _search(layer, config, shape, values, counts):
+    """`(substitutions, smaller layer, fields tried)`, or `(None, None, fields)`.
+
+    `values` are the weights cut, and with their removed entries 0.
+    """
+    cut, zeroed = values
+    changes = _changes(layer, cut, counts)
+    fields = [
+        (path, value, _options(value, changes)) for path, value in _integers(config)
+    ]
+    fields = [(p, v, o) for p, v, o in fields if o]
+    names = tuple(_name(p) for p, _, _ in fields)
+    if not fields:
+        return None, None, names
+    rng = np.random.default_rng(_SEED)
+    x = rng.normal(size=[_BATCH] + [_FILL if d is None else d for d in shape[1:]])
+    x = x.astype("float32")
+    try:
+        expected = _outputs(layer, x, zeroed)
+    except Exception:  # noqa: BLE001 - a layer that cannot run alone keeps its size
+        return None, None, names
+    targets = [c.shape for c in cut]
+    tried = {}
+
+    def attempt(subs):
+        subs = tuple(sorted(set(subs)))
+        if subs in tried or len(tried) >= MAX_CANDIDATES:
+            return tried.get(subs, (-1, None))
+        tried[subs] = (-1, None)
+        new = _built(type(layer), _apply(config, subs), x)
+        if new is None:  # a config that does not build is not it
+            return tried[subs]
+        made = [tuple(v.shape) for v in new.weights]
+        if len(made) != len(targets):
+            return tried[subs]
+        score = sum(a == b for a, b in zip(made, targets))
+        if score == len(targets) and _same_outputs(new, x, cut, expected):
+            tried[subs] = (score + 1, new)  # above any shape-only score
+        else:
+            tried[subs] = (score, None)
+        return tried[subs]
+
+    def done():
+        found = next((s for s, (_, n) in tried.items() if n is not None), None)
+        if found is None:
+            return None, None
+        return found, type(layer).from_config(_apply(config, found))
+
+    singles = [((p, o),) for p, _, options in fields for o in options]
+    by_value = {}
+    for path, value, options in fields:
+        for option in options:
+            by_value.setdefault((value, option), []).append((path, option))
+    groups = [tuple(g) for g in by_value.values() if len(g) > 1]
+    everything = [tuple((p, o[0]) for p, _, o in fields)]
+    for subs in singles + groups + everything:
+        attempt(subs)
+        if done()[0] is not None:
+            return (*done(), names)
+    current = max(tried, key=lambda s: tried[s][0])
+    while len(tried) < MAX_CANDIDATES:
+        taken = {p for p, _ in current}
+        steps = [
+            current + single
+            for single in singles
+            if single[0][0] not in taken
+        ]
+        if not steps:
+            break
+        best = max(steps, key=lambda s: attempt(s)[0])
+        if done()[0] is not None:
+            return (*done(), names)
+        if attempt(best)[0] <= tried[current][0]:
+            break
+        current = tuple(sorted(best))
+    firsts = [((p, o[0]),) for p, _, o in fields]
+    for size in (2, 3):
+        for combo in itertools.combinations(firsts, size):
+            if len(tried) >= MAX_CANDIDATES:
+                break
+            attempt(sum(combo, ()))
+            if done()[0] is not None:
+                return (*done(), names)
+    return None, None, names
+
+
+def _changes(layer, cut, counts):
+    """`[(old, new)]`: unit counts and weight axis lengths that shrink, exact ones first."""
+    found = []
+    for variable, value in zip(layer.weights, cut):
+        for a, b in zip(variable.shape, value.shape):
+            if a != b and (a, b) not in found:
+                found.append((int(a), int(b)))
+    for _, size, kept in counts:
+        if kept != size and (size, kept) not in found:
+            found.append((size, kept))
+    return found
+
+
+def _options(value, changes):
+    """The smaller numbers `value` may become: equal to a count, then a multiple of one."""
+    options = [new for old, new in changes if old == value]
+    for old, new in changes:
+        if value != old and value % old == 0:
+            options.append(value // old * new)
+    return list(dict.fromkeys(o for o in options if o > 0 and o != value))
+
+
+def _integers(config, path=()):
+    """`[(path, value)]` of every integer in `config` (bools left out)."""
+    if isinstance(config, dict):
+        return [
+            found
+            for key, value in config.items()
+            for found in _integers(value, path + (key,))
+        ]
+    if isinstance(config, (list, tuple)):
+        return [
+            found
+            for i, value in enumerate(config)
+            for found in _integers(value, path + (i,))
+        ]
+    if isinstance(config, int) and not isinstance(config, bool) and config > 0:
+        return [(path, config)]
+    return []
+
+
+def _name(path):
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)[1:] or "?"
+
+
+def _apply(config, subs):
+    """A copy of `config` with each `(path, value)` of `subs` set."""
+
+    def put(node, path, value):
+        if not path:
+            return value
+        head, rest = path[0], path[1:]
+        if isinstance(node, dict):
+            return {**node, head: put(node[head], rest, value)}
+        items = list(node)
+        items[head] = put(items[head], rest, value)
+        return type(node)(items)
+
+    for path, value in subs:
+        config = put(config, path, value)
+    return config
+
+
+def _built(cls, config, x):
+    """A layer of `cls` from `config`, built at `x`'s shape, or None if that fails.
+
+    Built symbolically in a `StatelessScope`: its variables have shapes and
+    no values (no initializer runs, nothing is computed or compiled).
+    """
+    try:
+        with internals.shapes_only():
+            new = cls.from_config(config)
+            new(keras.KerasTensor(x.shape, x.dtype), **_training(new))
+        return new
+    except Exception:  # noqa: BLE001 - whatever fails, this config is not it
+        return None
+
+
+def _training(layer):
+    if "training" in inspect.signature(layer.call).parameters:
+        return {"training": False}
+    return {}
+
+
+def _outputs(layer, x, values):
+    """`layer(x)` with its weights set to `values` (the layer's own stay untouched).
+
+    Under JAX, jitted: one compilation instead of one per operation.
+    """
+
+    def run(arrays, x):
+        with keras.StatelessScope(state_mapping=list(zip(layer.weights, arrays))):
+            return keras.tree.flatten(layer(x, **_training(layer)))
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        try:
+            found = jax.jit(run)(values, x)
+        except Exception:  # noqa: BLE001 - a call that does not jit runs op by op
+            found = run(values, x)
+    else:
+        found = run(values, x)
+    return [
+        np.asarray(keras.ops.convert_to_numpy(y), np.float64) for y in found
+    ]
+
+
+def _same_outputs(new, x, cut, expected):
+    try:
+        outputs = _outputs(new, x, cut)
+    except Exception:  # noqa: BLE001
+        return False
+    if len(outputs) != len(expected):
+        return False
+    for a, b in zip(outputs, expected):
+        scale = float(np.max(np.abs(b))) if b.size else 0.0
+        if a.shape != b.shape or not np.all(np.abs(a - b) <= _RTOL * scale + 1e-12):
+            return False
+    return True
