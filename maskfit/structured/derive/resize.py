@@ -39,15 +39,16 @@ INPUT_SHAPE = "derived input shape"
 
 _BATCH, _FILL, _SEED, _RTOL = 2, 5, 0, 1e-5
 
-# `{signature: (substitutions or None, fields tried)}`.
+# `{signature: (substitutions or None, fields tried, partial)}`.
 _FOUND = {}
 
 
 class Resized:
-    """What `resized` found: the smaller layer (None: none passed) and the fields tried."""
+    """What `resized` found: the smaller layer (None: none passed), the fields tried,
+    and whether some removed units stay in it, at 0 (`partial`)."""
 
-    def __init__(self, layer, fields):
-        self.layer, self.fields = layer, tuple(fields)
+    def __init__(self, layer, fields, partial=False):
+        self.layer, self.fields, self.partial = layer, tuple(fields), partial
 
 
 def resized(layer, config, shrunk):
@@ -56,19 +57,19 @@ def resized(layer, config, shrunk):
     Args:
       layer: a built layer whose coupling is derived.
       config: its config (as `from_config` takes it, unbuilt).
-      shrunk: `shrink`'s view of what stays (`cut`, `zeroed`, `kept`, `note`,
+      shrunk: `shrink`'s view of what stays (`cut`, `fit`, `kept`, `note`,
         `graph.spaces`).
 
     Returns:
       A `Resized`: its `layer` is None where nothing is removed from
       `layer`, where the shape it is called at is unknown, or where no
-      candidate passed both checks; `fields` names the config fields tried.
+      candidate passed both checks; `fields` names the config fields tried,
+      `partial` says whether some removed units stay (at 0).
     """
     shape = shrunk.note(layer, INPUT_SHAPE)
     weights = list(layer.weights)
-    cut = [shrunk.cut(v) for v in weights]
-    old = [tuple(v.shape) for v in weights]
-    if shape is None or [c.shape for c in cut] == old:
+    targets = [shrunk.cut(v).shape for v in weights]
+    if shape is None or targets == [tuple(v.shape) for v in weights]:
         return Resized(None, ())
     counts = []
     for space in shrunk.graph.spaces:
@@ -76,64 +77,74 @@ def resized(layer, config, shrunk):
             counts.append((space.name, space.size, int(np.sum(shrunk.kept(space.ids)))))
     key = check_signature.signature(layer, tuple(shape), "resize", tuple(counts))
     if key is not None and key in _FOUND:
-        found, fields = _FOUND[key]
-        if found is None:
-            return Resized(None, fields)
-        return Resized(type(layer).from_config(_apply(config, found)), fields)
-    zeroed = [shrunk.zeroed(v) for v in weights]
-    found, new, fields = _search(layer, config, shape, (cut, zeroed), counts)
-    if key is not None:
-        _FOUND[key] = (found, fields)
-    return Resized(new, fields)
+        found, fields, partial = _FOUND[key]
+    else:
+        found, fields, partial = _search(layer, config, shape, shrunk, targets)
+        if key is not None:
+            _FOUND[key] = (found, fields, partial)
+    if found is None:
+        return Resized(None, fields)
+    return Resized(type(layer).from_config(_apply(config, found)), fields, partial)
 
 
-def _search(layer, config, shape, values, counts):
-    """`(substitutions, smaller layer, fields tried)`, or `(None, None, fields)`.
+def _search(layer, config, shape, shrunk, targets):
+    """`(substitutions, fields tried, partial)`; substitutions None where none passed.
 
-    `values` are the weights cut, and with their removed entries 0.
+    A candidate passes where each weight axis has its old length or its cut
+    one, and its outputs with the weights fitted (`shrunk.fit`) equal the
+    masked layer's. One that cuts every axis ends the search; otherwise the
+    one that leaves the fewest parameters is taken (`partial`).
     """
-    cut, zeroed = values
-    changes = _changes(layer, cut, counts)
+    old = [tuple(v.shape) for v in layer.weights]
+    changes = _changes(old, targets, shrunk, layer)
+    lengths = {int(n) for v in old for n in v}
     fields = [
-        (path, value, _options(value, changes)) for path, value in _integers(config)
+        (path, value, _options(value, changes, lengths))
+        for path, value in _integers(config)
     ]
     fields = [(p, v, o) for p, v, o in fields if o]
     names = tuple(_name(p) for p, _, _ in fields)
     if not fields:
-        return None, None, names
+        return None, names, False
     rng = np.random.default_rng(_SEED)
     x = rng.normal(size=[_BATCH] + [_FILL if d is None else d for d in shape[1:]])
     x = x.astype("float32")
     try:
-        expected = _outputs(layer, x, zeroed)
+        expected = _outputs(layer, x, [shrunk.zeroed(v) for v in layer.weights])
     except Exception:  # noqa: BLE001 - a layer that cannot run alone keeps its size
-        return None, None, names
-    targets = [c.shape for c in cut]
-    tried = {}
+        return None, names, False
+    full = sum(len(t) for t in targets)
+    tried, passed = {}, {}  # subs -> axes at their cut length; subs -> parameters
 
     def attempt(subs):
         subs = tuple(sorted(set(subs)))
         if subs in tried or len(tried) >= MAX_CANDIDATES:
-            return tried.get(subs, (-1, None))
-        tried[subs] = (-1, None)
+            return tried.get(subs, -1)
+        tried[subs] = -1
         new = _built(type(layer), _apply(config, subs), x)
         if new is None:  # a config that does not build is not it
-            return tried[subs]
+            return -1
         made = [tuple(v.shape) for v in new.weights]
-        if len(made) != len(targets):
-            return tried[subs]
-        score = sum(a == b for a, b in zip(made, targets))
-        if score == len(targets) and _same_outputs(new, x, cut, expected):
-            tried[subs] = (score + 1, new)  # above any shape-only score
-        else:
-            tried[subs] = (score, None)
+        if len(made) != len(targets) or any(
+            len(m) != len(t) for m, t in zip(made, targets)
+        ):
+            return -1
+        tried[subs] = sum(
+            a == b for m, t in zip(made, targets) for a, b in zip(m, t)
+        )
+        fits = all(
+            a in (b, c) for m, t, o in zip(made, targets, old) for a, b, c in zip(m, t, o)
+        )
+        size = sum(int(np.prod(m)) for m in made)
+        better = fits and size < min(passed.values(), default=sum(map(np.prod, old)))
+        if better and _same_outputs(
+            new, x, [shrunk.fit(v, m) for v, m in zip(layer.weights, made)], expected
+        ):
+            passed[subs] = size
         return tried[subs]
 
-    def done():
-        found = next((s for s, (_, n) in tried.items() if n is not None), None)
-        if found is None:
-            return None, None
-        return found, type(layer).from_config(_apply(config, found))
+    def complete():
+        return any(tried[s] == full for s in passed)
 
     singles = [((p, o),) for p, _, options in fields for o in options]
     by_value = {}
@@ -144,53 +155,60 @@ def _search(layer, config, shape, values, counts):
     everything = [tuple((p, o[0]) for p, _, o in fields)]
     for subs in singles + groups + everything:
         attempt(subs)
-        if done()[0] is not None:
-            return (*done(), names)
-    current = max(tried, key=lambda s: tried[s][0])
-    while len(tried) < MAX_CANDIDATES:
+        if complete():
+            return _best(passed, tried, full)
+    current = max(tried, key=tried.get) if tried else ()
+    while tried and len(tried) < MAX_CANDIDATES:
         taken = {p for p, _ in current}
-        steps = [
-            current + single
-            for single in singles
-            if single[0][0] not in taken
-        ]
+        steps = [current + one for one in singles if one[0][0] not in taken]
         if not steps:
             break
-        best = max(steps, key=lambda s: attempt(s)[0])
-        if done()[0] is not None:
-            return (*done(), names)
-        if attempt(best)[0] <= tried[current][0]:
+        best = max(steps, key=attempt)
+        if complete() or attempt(best) <= tried[current]:
             break
         current = tuple(sorted(best))
     firsts = [((p, o[0]),) for p, _, o in fields]
     for size in (2, 3):
         for combo in itertools.combinations(firsts, size):
-            if len(tried) >= MAX_CANDIDATES:
+            if complete() or len(tried) >= MAX_CANDIDATES:
                 break
             attempt(sum(combo, ()))
-            if done()[0] is not None:
-                return (*done(), names)
-    return None, None, names
+    found, partial = _best(passed, tried, full)
+    return found, names, partial
 
 
-def _changes(layer, cut, counts):
-    """`[(old, new)]`: unit counts and weight axis lengths that shrink, exact ones first."""
+def _best(passed, tried, full):
+    """`(substitutions, partial)` of the passing candidate with fewest parameters."""
+    if not passed:
+        return None, False
+    found = min(passed, key=passed.get)
+    return found, tried[found] != full
+
+
+def _changes(old, targets, shrunk, layer):
+    """`[(old, new)]`: weight axis lengths, then unit counts, that shrink."""
     found = []
-    for variable, value in zip(layer.weights, cut):
-        for a, b in zip(variable.shape, value.shape):
+    for shape, target in zip(old, targets):
+        for a, b in zip(shape, target):
             if a != b and (a, b) not in found:
                 found.append((int(a), int(b)))
-    for _, size, kept in counts:
-        if kept != size and (size, kept) not in found:
-            found.append((size, kept))
+    for space in shrunk.graph.spaces:
+        if space.layer is layer:
+            pair = (space.size, int(np.sum(shrunk.kept(space.ids))))
+            if pair[0] != pair[1] and pair not in found:
+                found.append(pair)
     return found
 
 
-def _options(value, changes):
-    """The smaller numbers `value` may become: equal to a count, then a multiple of one."""
+def _options(value, changes, lengths):
+    """The smaller numbers `value` may become.
+
+    First where it equals a count that shrinks, then where it is such a
+    count times the length of a weight axis (heads x head_dim).
+    """
     options = [new for old, new in changes if old == value]
     for old, new in changes:
-        if value != old and value % old == 0:
+        if value != old and value % old == 0 and value // old in lengths:
             options.append(value // old * new)
     return list(dict.fromkeys(o for o in options if o > 0 and o != value))
 
