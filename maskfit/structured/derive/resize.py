@@ -156,9 +156,9 @@ def _search(layer, config, shape, shrunk, targets):
     for subs in singles + groups + everything:
         attempt(subs)
         if complete():
-            return _best(passed, tried, full)
+            break
     current = max(tried, key=tried.get) if tried else ()
-    while tried and len(tried) < MAX_CANDIDATES:
+    while tried and not complete() and len(tried) < MAX_CANDIDATES:
         taken = {p for p, _ in current}
         steps = [current + one for one in singles if one[0][0] not in taken]
         if not steps:
