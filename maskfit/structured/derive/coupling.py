@@ -11,8 +11,8 @@ check (`maskfit.structured.hub.check`), which fixes a space whose removal
 does not cut exactly its entries off. Blocks of one signature (class,
 config, weight shapes, input shape) are derived once per process.
 `shrink` searches a derived layer's config for the fields that hold its
-counts (`resize`); where none passes its checks, it keeps the layer's size,
-its removed units' entries 0.
+counts (`resize`); what no config passing its checks can cut keeps its
+size, its removed units' entries 0.
 
 Under TensorFlow the jaxpr is made in a JAX worker process (`worker`),
 from the layer's class and config, and the gradient check runs on the

@@ -3,21 +3,25 @@
 A derived coupling (`coupling.Derived`) says which entries of a layer's
 weights belong to each unit, not which config fields hold the counts. So
 `resized` searches the layer's config for them: every integer (in nested
-lists and sub-layer configs too) whose value is a unit count that shrinks
-(a space's size, or an integer multiple of it, such as heads x head_dim)
-or a weight axis's length that shrinks may hold one, and is given the
-smaller number. Single substitutions are tried first, then every field of
-one value together, then all, then a greedy walk that adds the substitution
-bringing most weights to their cut shapes, then pairs and triples: at most
-`MAX_CANDIDATES` layers built per search.
+lists and sub-layer configs too) that equals a weight axis's length or a
+unit count that shrinks, or such a count times a weight axis's length
+(heads x head_dim), may hold one, and is given the smaller number. Single
+substitutions are tried first, then every field of one value together,
+then all, then a greedy walk that adds the substitution bringing most axes
+to their cut lengths, then pairs and triples: at most `MAX_CANDIDATES`
+layers built per search, each built symbolically (no weight initialized).
 
-A candidate is accepted only when (1) every weight of the rebuilt layer has
-the shape of the old weight with the removed units' entries cut, and (2)
-with those cut weights, its output on a random probe input equals the
-output of the original layer with the removed units' entries set to 0
-(within 1e-5 of the output's scale). The outcome is kept per signature
-(class, config, weight shapes, input shape, unit counts kept), so 22
-identical blocks search once.
+A candidate passes only when (1) every axis of every rebuilt weight has
+its cut length (the removed units' entries left out) or its old one, and
+(2) with the old weights cut along the shortened axes and their removed
+entries 0 along the others, its output on a random probe input equals the
+original layer's with the removed units' entries 0 (within 1e-5 of the
+output's scale). One that cuts every axis is taken at once; otherwise the
+passing one with the fewest parameters (a head size computed as
+`hidden_dim // num_heads` lets no config say fewer heads, but says fewer FFN
+units), and `shrink` warns that part of the layer keeps its size. The
+outcome is kept per signature (class, config, weight shapes, input shape,
+unit counts kept), so 22 identical blocks search once.
 """
 
 import inspect
