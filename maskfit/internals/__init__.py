@@ -95,6 +95,7 @@ __all__ = [
     "reset_optimizer",
     "set_method",
     "set_untracked",
+    "shapes_only",
     "sublayers",
     "torch_trainer",
     "tracing_for_xla",

@@ -133,11 +133,11 @@ def _search(layer, config, shape, shrunk, targets):
             len(m) != len(t) for m, t in zip(made, targets)
         ):
             return -1
-        tried[subs] = sum(
-            a == b for m, t in zip(made, targets) for a, b in zip(m, t)
-        )
+        tried[subs] = sum(a == b for m, t in zip(made, targets) for a, b in zip(m, t))
         fits = all(
-            a in (b, c) for m, t, o in zip(made, targets, old) for a, b, c in zip(m, t, o)
+            a in (b, c)
+            for m, t, o in zip(made, targets, old)
+            for a, b, c in zip(m, t, o)
         )
         size = sum(int(np.prod(m)) for m in made)
         better = fits and size < min(passed.values(), default=sum(map(np.prod, old)))
@@ -298,9 +298,7 @@ def _outputs(layer, x, values):
             found = run(values, x)
     else:
         found = run(values, x)
-    return [
-        np.asarray(keras.ops.convert_to_numpy(y), np.float64) for y in found
-    ]
+    return [np.asarray(keras.ops.convert_to_numpy(y), np.float64) for y in found]
 
 
 def _same_outputs(new, x, cut, expected):
