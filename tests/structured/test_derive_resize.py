@@ -18,6 +18,7 @@ from keras import ops
 
 import maskfit.pruning as pruning
 from maskfit.structured.derive import resize
+from tests.helpers import derived_blocks as blocks
 from tests.helpers import hub_cases
 
 pytestmark = pytest.mark.backends("tensorflow", "jax")
@@ -161,3 +162,21 @@ def test_a_search_builds_at_most_max_candidates(monkeypatch):
     _, small, said = _shrunk(model)
     assert built == [] and small.count_params() == model.count_params()
     assert "no config field that was tried (hidden)" in said[0]
+
+
+# About 15 s on 2 loaded cores (the attention block's derivation and check).
+@pytest.mark.slow
+def test_a_config_with_the_right_shapes_but_other_outputs_is_refused():
+    # Fused projections of heads x head_dim columns: halving `head_dim`
+    # gives every weight its cut shape, but other heads; the output check
+    # refuses it, and fewer heads and key/value heads pass.
+    model, _ = blocks.build(blocks.GroupedAttention, fused=True)
+    selection, small, said = _shrunk(model)
+    assert said == []
+    block = small.get_layer("block")
+    assert (block.heads, block.kv_heads, block.head_dim) == (2, 1, 4)
+    x = np.random.default_rng(1).normal(size=(2, blocks.SEQUENCE, blocks.HIDDEN))
+    x = x.astype("float32")
+    hub_cases.assert_close(
+        hub_cases.outputs(small, x), hub_cases.masked_outputs(selection, x)
+    )

@@ -4,8 +4,8 @@ A derived coupling (`coupling.Derived`) says which entries of a layer's
 weights belong to each unit, not which config fields hold the counts. So
 `resized` searches the layer's config for them: every integer (in nested
 lists and sub-layer configs too) that equals a weight axis's length or a
-unit count that shrinks, or such a count times a weight axis's length
-(heads x head_dim), may hold one, and is given the smaller number. Single
+unit count that shrinks, or such a count times a factor no longer than a
+weight axis (heads x head_dim), may hold one, and is given the smaller number. Single
 substitutions are tried first, then every field of one value together,
 then all, then a greedy walk that adds the substitution bringing most axes
 to their cut lengths, then pairs and triples: at most `MAX_CANDIDATES`
@@ -208,11 +208,13 @@ def _options(value, changes, lengths):
     """The smaller numbers `value` may become.
 
     First where it equals a count that shrinks, then where it is such a
-    count times the length of a weight axis (heads x head_dim).
+    count times a factor no longer than a weight axis (heads x head_dim,
+    query heads x heads per key/value group; a sequence length of 4096 is
+    not 2 key/value heads x 2048).
     """
     options = [new for old, new in changes if old == value]
     for old, new in changes:
-        if value != old and value % old == 0 and value // old in lengths:
+        if value != old and value % old == 0 and value // old <= max(lengths):
             options.append(value // old * new)
     return list(dict.fromkeys(o for o in options if o > 0 and o != value))
 
