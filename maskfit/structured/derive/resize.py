@@ -121,7 +121,7 @@ def _search(layer, config, shape, shrunk, targets):
     tried, passed = {}, {}  # subs -> axes at their cut length; subs -> parameters
 
     def attempt(subs):
-        subs = tuple(sorted(set(subs)))
+        subs = tuple(sorted(set(subs), key=repr))  # paths may mix keys and indices
         if subs in tried or len(tried) >= MAX_CANDIDATES:
             return tried.get(subs, -1)
         tried[subs] = -1
@@ -170,7 +170,7 @@ def _search(layer, config, shape, shrunk, targets):
         best = max(steps, key=attempt)
         if complete() or attempt(best) <= tried[current]:
             break
-        current = tuple(sorted(best))
+        current = tuple(sorted(best, key=repr))
     firsts = [((p, o[0]),) for p, _, o in fields]
     for size in (2, 3):
         for combo in itertools.combinations(firsts, size):
