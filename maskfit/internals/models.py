@@ -3,6 +3,7 @@
 Checked on Keras 3.10.0 with TF 2.16.2 and on Keras 3.15.1 with TF 2.21.0.
 """
 
+import contextlib
 import importlib
 
 import keras
@@ -89,6 +90,18 @@ PRIVATE_MEMBERS = (
         "LayerScale",
         "the per-channel scale of `keras.applications.ConvNeXt*` blocks, which"
         " Keras does not export: structured pruning passes channels through it.",
+    ),
+    (
+        "keras.src.backend.common.global_state",
+        "get_global_attribute",
+        "the list of variables made in a `StatelessScope(initialize_variables="
+        "False)`, which the next scope's exit initializes: layers built only"
+        " for their weights' shapes take theirs out; no public API does.",
+    ),
+    (
+        "keras.src.backend.common.global_state",
+        "set_global_attribute",
+        "puts that list back as it was.",
     ),
 )
 
@@ -201,6 +214,23 @@ def application_layer_classes():
             if cls is not None:
                 found[member] = cls
     return found
+
+
+@contextlib.contextmanager
+def shapes_only():
+    """A scope whose new variables get shapes and no values, and are then forgotten.
+
+    A layer built inside it has weights of the right shapes without running
+    an initializer (nothing is computed or compiled); it cannot be called
+    outside a `StatelessScope` that maps its weights to values.
+    """
+    state = _module("keras.src.backend.common.global_state")
+    before = list(state.get_global_attribute("uninitialized_variables") or [])
+    try:
+        with keras.StatelessScope(initialize_variables=False):
+            yield
+    finally:
+        state.set_global_attribute("uninitialized_variables", before)
 
 
 def defining_class(cls, name):

@@ -12,6 +12,7 @@ from maskfit.spec import rules as rules_lib
 from maskfit.structured import prune as prune_units_lib
 from maskfit.structured import rule as unit_rule
 from maskfit.structured.derive import coupling as derive_coupling
+from maskfit.structured.derive import resize as derive_resize
 from maskfit.structured.graph import dependency as unit_graph
 from maskfit.structured.graph import keras_graph
 from maskfit.structured.hub import couplings as couplings_hub
@@ -48,6 +49,17 @@ class _Shrunk:
                 index = [slice(None)] * value.ndim
                 index[axis] = ~self.kept(ids)
                 value[tuple(index)] = 0
+        return value
+
+    def fit(self, variable, shape):
+        """`variable`'s value (numpy) with the removed units' entries cut along the
+        axes `shape` shortens and set to 0 along the others."""
+        value = self.zeroed(variable)
+        entry = self.graph.slices_of(variable)
+        if entry is not None:
+            for axis, ids in entry.axes.items():
+                if shape[axis] != value.shape[axis]:
+                    value = np.compress(self.kept(ids), value, axis=axis)
         return value
 
     def count(self, layer, name="units"):
@@ -173,9 +185,14 @@ def _new_layer(layer, shrunk):
             new = coupling.rebuild(layer, _unbuilt(config), shrunk)
             return hub_stock.StockBlock(layer, shrunk, coupling) if new is None else new
         if isinstance(coupling, derive_coupling.Derived):
+            found = derive_resize.resized(layer, _unbuilt(config), shrunk)
+            if found.partial:
+                _warn_same_size(layer, shrunk, found.fields, partial=True)
+            if found.layer is not None:
+                return found.layer
             # Its units are its own (its input and output stay): the same
             # config, its removed units' entries 0 (`_copy_weights`).
-            _warn_same_size(layer, shrunk)
+            _warn_same_size(layer, shrunk, found.fields)
             return type(layer).from_config(_unbuilt(config))
         config = _unbuilt(coupling.shrink_config(layer, config, shrunk))
         return type(layer).from_config(config)
@@ -276,26 +293,39 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
     )
 
 
-def _warn_same_size(layer, shrunk):
+def _warn_same_size(layer, shrunk, fields, partial=False):
     if all(
         np.all(shrunk.zeroed(v) == keras.ops.convert_to_numpy(v)) for v in layer.weights
     ):
         return
+    tried = (
+        f"no config field that was tried ({', '.join(fields)}) gave"
+        if fields
+        else "no integer field of its config holds a count of"
+    )
+    what = "keeps part of its size" if partial else "keeps its size"
     warnings.warn(
-        f"shrink: layer '{layer.name}' ({type(layer).__name__}) keeps its size: its"
-        " units come from a coupling derived from its computation, and nothing"
-        " says which config fields hold their counts. Its removed units'"
-        " entries are 0, so the outputs equal the masked model's. To shrink it,"
-        " declare its coupling (maskfit.pruning.register_coupling) with a"
-        " shrink_config.",
+        f"shrink: layer '{layer.name}' ({type(layer).__name__}) {what}: its"
+        " units come from a coupling derived from its computation, and"
+        f" {tried} weights of the cut shapes and the masked layer's outputs."
+        " Its removed units' entries that stay are 0, so the outputs equal the"
+        " masked model's. To shrink it, declare its coupling"
+        " (maskfit.pruning.register_coupling) with a shrink_config.",
         stacklevel=4,
     )
 
 
 def _copy_weights(old, new, shrunk):
     if isinstance(coupling_of(old), derive_coupling.Derived):
+        # Cut along the axes its config shortened (`resize`), 0 along the others.
+        if len(old.weights) != len(new.weights):
+            raise ValueError(
+                f"shrink: layer '{old.name}' has {len(old.weights)} weights but its"
+                f" smaller copy {len(new.weights)}; this is a bug in maskfit's"
+                " resize of derived couplings."
+            )
         for source, target in zip(old.weights, new.weights):
-            target.assign(shrunk.zeroed(source))
+            target.assign(shrunk.fit(source, tuple(target.shape)))
         return
     shrunk.copy(
         old.weights,

@@ -58,6 +58,28 @@ SHRUNK = {
     "ViTBackbone": 5536,
     "ResNetBackbone": 44896,
     "VGGBackbone": 428,
+    # Blocks whose coupling is derived from their computation, shrunk by a
+    # search of their configs (maskfit/structured/derive/resize.py).
+    "BloomBackbone": 4256,
+    "FNetBackbone": 2912,
+    "Gemma3Backbone": 3472,
+    "GptOssBackbone": 6118,
+    "MixtralBackbone": 6352,
+    "Phi3Backbone": 4752,
+    "Qwen3MoeBackbone": 4912,
+    "Qwen3_5Backbone": 595472,
+    "RWKV7Backbone": 15056,
+    "SmolLM3Backbone": 3960,
+    "WhisperBackbone": 12288,
+    "DINOV2Backbone": 72240,
+    "DINOV3Backbone": 6672,
+    "Gemma4Backbone": 3538,
+    "Qwen3_5MoeBackbone": 6856,
+    "VideoPrismBackbone": 10032,
+    "PaliGemmaBackbone": 292528,
+    "CLIPBackbone": 11238,
+    "MetaCLIP2Backbone": 11233,
+    "SigLIPBackbone": 12894,
 }
 
 # The backbones `shrink(uniform=True)` rebuilds in their keras_hub class (or

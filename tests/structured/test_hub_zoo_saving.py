@@ -31,8 +31,14 @@ pytestmark = test_hub_zoo.pytestmark
 # `num_patches` and `num_positions`, which its `__init__` refuses
 # (`test_vit_patching_config_does_not_round_trip` below is the reproduction;
 # the `ViTBackbone` itself loads: its own config rebuilds the layer).
+# The shrunk RWKV7 is a functional model of `RWKV7_Block`s; loading builds
+# each from its saved `build_config`, whose shape JSON gives back as a list,
+# and `RWKV7ChannelMix.build` takes a list for a list of shapes and reads the
+# first (None) as the shape (`test_rwkv7_block_does_not_build_from_a_saved_shape`;
+# the `RWKV7Backbone` itself loads: its constructor calls the blocks).
 KERAS_HUB_BUGS = {
     "ViTBackbone": "Unrecognized keyword arguments passed to ViTPatchingAndEmbedding",
+    "RWKV7Backbone": "'NoneType' object is not subscriptable",
 }
 
 # Loads the files named in argv[1]'s index with keras and keras_hub only and
@@ -119,3 +125,13 @@ def test_vit_patching_config_does_not_round_trip():
     )
     with pytest.raises(TypeError, match="num_patches"):
         ViTPatchingAndEmbedding.from_config(layer.get_config())
+
+
+def test_rwkv7_block_does_not_build_from_a_saved_shape():
+    from keras_hub.src.models.rwkv7.rwkv7_layer import RWKV7_Block
+
+    sizes = (16, 8, 32, 16, 16, 16, 16)  # hidden, head, FFN and LoRA sizes
+    RWKV7_Block(*sizes).build((None, None, 16))  # a tuple, as a call gives
+    # The same shape as a .keras file's JSON build_config gives it back.
+    with pytest.raises(TypeError, match="'NoneType' object is not subscriptable"):
+        RWKV7_Block(*sizes).build([None, None, 16])

@@ -6,7 +6,9 @@
 - `axes`: the labels through the operations that move axes (reshapes into
   heads, transposes, broadcasts, slices, splits);
 - `spaces`: the unit spaces read off the labels;
-- `coupling`: `Derived`, the coupling built from them and gradient-checked.
+- `coupling`: `Derived`, the coupling built from them and gradient-checked;
+- `resize`: the smaller config `shrink` gives such a layer, found by search
+  and checked (shapes, then outputs).
 
 May import `maskfit.kinds`, `maskfit.internals` and `maskfit.structured.hub`
 (its gradient check); never `graph/`, `scoring/` nor the entry points.

@@ -10,8 +10,9 @@ positions as they do. Each space is then held to keras_hub's gradient
 check (`maskfit.structured.hub.check`), which fixes a space whose removal
 does not cut exactly its entries off. Blocks of one signature (class,
 config, weight shapes, input shape) are derived once per process.
-`shrink` keeps a derived layer's config and size, its removed units'
-entries 0 (nothing says which config fields hold its counts).
+`shrink` searches a derived layer's config for the fields that hold its
+counts (`resize`); what no config passing its checks can cut keeps its
+size, its removed units' entries 0.
 
 Under TensorFlow the jaxpr is made in a JAX worker process (`worker`),
 from the layer's class and config, and the gradient check runs on the
@@ -28,6 +29,7 @@ from maskfit.kinds.couplings import signature as check_signature
 from maskfit.kinds.couplings.base import Coupling, Refused
 from maskfit.kinds.couplings.calls import TensorUnits
 from maskfit.structured.derive import propagate as derive_propagate
+from maskfit.structured.derive import resize as derive_resize
 from maskfit.structured.derive import spaces as derive_spaces
 from maskfit.structured.derive import trace as derive_trace
 from maskfit.structured.derive import worker as derive_worker
@@ -107,6 +109,7 @@ class Derived(Coupling):
                 f"{_REFUSAL} found no unit that prunes" + (f" ({why})" if why else ""),
                 call.num_outputs,
             )
+        graph.note(layer, derive_resize.INPUT_SHAPE, tuple(call.input_shape(0)))
         source = call.inputs[0]
         graph.fix(source.ids, f"the input of '{layer.name}' ({type(layer).__name__})")
         for units in call.inputs[1:]:
@@ -134,7 +137,7 @@ class Derived(Coupling):
         return [first] + [rest] * (call.num_outputs - 1)
 
     def shrink_config(self, layer, config, shrunk):
-        """The same config: `shrink` keeps such a layer's size, its removed entries 0."""
+        """The same config: `shrink` resizes such a layer itself (`resize.resized`)."""
         return config
 
 
