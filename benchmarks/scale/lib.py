@@ -95,11 +95,31 @@ def _measure_in_subprocess(size):
 
 
 def _subprocess(part, size):
+    return result_of(
+        "benchmarks.scale.measure",
+        [part, json.dumps(size)],
+        f"{part} at size {size['name']}",
+    )
+
+
+def result_of(module, args, what, **env):
+    """Runs `python -m module *args` from the project's root; returns the JSON
+    it prints last on a line starting `RESULT `.
+
+    Args:
+      module: the module to run.
+      args: its command-line arguments (strings).
+      what: what it measures, for the error.
+      **env: variables set for it, beside `TF_CPP_MIN_LOG_LEVEL=2`.
+
+    Raises:
+      RuntimeError: if it exits with an error or prints no result.
+    """
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scale.measure", part, json.dumps(size)],
+        [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -109,9 +129,7 @@ def _subprocess(part, size):
     lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
     if done.returncode or not lines:
         raise RuntimeError(
-            f"benchmarks.scale: {part} at size {size['name']} failed (exit"
-            f" {done.returncode}):"
-            f" {done.stderr[-2000:]}"
+            f"{module}: {what} failed (exit {done.returncode}): {done.stderr[-2000:]}"
         )
     return json.loads(lines[-1][len("RESULT ") :])
 

@@ -21,8 +21,6 @@ Run it as `python -m benchmarks.scale.step_memory --workdir /tmp/step_memory`
 
 import dataclasses
 import json
-import os
-import subprocess
 import sys
 
 import keras
@@ -185,39 +183,17 @@ def in_subprocess(cases):
     Returns:
       The list of their results.
     """
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     # A buffer the step frees must leave the resident memory, or a later
     # step's peak reads as ~0: oneDNN's CPU allocator caches freed buffers
     # (its pool only grows), and glibc keeps freed large ones once it has
     # raised its mmap threshold. Both off: each step's peak is its own.
-    env = dict(
-        os.environ,
-        TF_CPP_MIN_LOG_LEVEL="2",
+    return scale_lib.result_of(
+        "benchmarks.scale.step_memory",
+        ["cases", json.dumps(list(cases))],
+        f"cases {cases!r}",
         TF_ENABLE_ONEDNN_OPTS="0",
         MALLOC_MMAP_THRESHOLD_="131072",
     )
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.scale.step_memory",
-            "cases",
-            json.dumps(list(cases)),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=root,
-        check=False,
-    )
-    lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
-    if done.returncode or not lines:
-        raise RuntimeError(
-            f"benchmarks.scale.step_memory: cases {cases!r} failed (exit"
-            f" {done.returncode}): {done.stderr[-2000:]}"
-        )
-    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def run(config, workdir):
