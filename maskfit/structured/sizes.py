@@ -114,25 +114,86 @@ def _known(shape, unknown_size):
     )
 
 
-def _macs(call, unknown_size, memo):
-    """A call's MACs: its record's where the record knows them, else traced."""
+class _Shapes:
+    """The concrete shape of each tensor of a model's graph, as its calls compute them.
+
+    A tensor starts at its symbolic shape, the batch at 1 and every other
+    unknown dimension at `unknown_size`; a traced call's outputs take the
+    shapes the backend computed, so a call reading them is traced at the
+    sizes the model really makes: a relative position table of twice the
+    sequence's length, a rotary table its layer declares `(None,)`, frames
+    folded into the batch. One size for every unknown dimension fits none
+    of these.
+    """
+
+    def __init__(self, unknown_size):
+        self.unknown_size = unknown_size
+        self._found = {}
+
+    def of(self, tensor):
+        """`tensor`'s shape for one example."""
+        if id(tensor) in self._found:
+            return self._found[id(tensor)]
+        shape = _known(tensor.shape, self.unknown_size)
+        return (1 if shape[0] is None else shape[0], *shape[1:]) if shape else ()
+
+    def set(self, tensors, shapes):
+        """Records the traced `shapes` of `tensors` (nothing if `shapes` is None)."""
+        if shapes is not None and len(shapes) == len(tensors):
+            self._found.update((id(t), tuple(s)) for t, s in zip(tensors, shapes))
+
+    def arguments(self, call):
+        """`(args, kwargs)` of `call`, each KerasTensor at its shape for one example."""
+        return keras.tree.map_structure(
+            lambda x: (
+                keras.KerasTensor(self.of(x), x.dtype, sparse=x.sparse)
+                if isinstance(x, keras.KerasTensor)
+                else x
+            ),
+            (tuple(call.args), dict(call.kwargs)),
+        )
+
+
+def _macs(call, shapes, memo):
+    """`(Traced, output shapes)` of a call: its record's MACs if known, else traced."""
     layer = call.layer
     kind = records.builtin(type(layer))
     if kind is not None and kind.macs is not None:
-        shapes = [
-            [_known(t.shape, unknown_size) for t in ts]
+        known = [
+            [(None, *shapes.of(t)[1:]) if t.shape else () for t in ts]
             for ts in (call.inputs, call.outputs)
         ]
-        return tracing.Traced(macs_of(layer, *shapes))
+        # Rows folded into the batch (a video's frames) multiply its work.
+        rows = [shapes.of(t)[0] // (t.shape[0] or 1) for t in call.inputs if t.shape]
+        macs = macs_of(layer, *known) * max(rows[:1] or [1])
+        return tracing.Traced(macs), _output_shapes(call, shapes)
+    tensors = [
+        x
+        for x in keras.tree.flatten((call.args, call.kwargs))
+        if isinstance(x, keras.KerasTensor)
+    ]
+    at = [shapes.of(x) for x in tensors]
     return memo.outcome(
-        _signature(call, unknown_size),
-        lambda: tracing.traced_macs(layer, call.args, call.kwargs, unknown_size),
+        _signature(layer, shapes.arguments(call), shapes.unknown_size),
+        lambda: tracing.traced_call(
+            layer, call.args, call.kwargs, shapes.unknown_size, at
+        ),
     )
 
 
-def _signature(call, unknown_size):
+def _output_shapes(call, shapes):
+    """A recorded layer's output shapes at its inputs' shapes (None if unknown)."""
+    args, kwargs = shapes.arguments(call)
+    try:
+        outputs = keras.tree.flatten(call.layer.compute_output_spec(*args, **kwargs))
+    except Exception:  # noqa: BLE001 - the outputs keep their symbolic shapes
+        return None
+    return [tuple(y.shape) for y in outputs]
+
+
+def _signature(layer, arguments, unknown_size):
     """Calls that compute the same thing at the same shapes are traced once."""
-    if not isinstance(call.layer, keras.layers.Layer):
+    if not isinstance(layer, keras.layers.Layer):
         return None
     arguments = keras.tree.map_structure(
         lambda x: (
@@ -140,21 +201,22 @@ def _signature(call, unknown_size):
             if isinstance(x, keras.KerasTensor)
             else repr(x)
         ),
-        (tuple(call.args), dict(call.kwargs)),
+        arguments,
     )
     try:
-        return signature.signature(call.layer, (), repr(arguments), unknown_size)
+        return signature.signature(layer, (), repr(arguments), unknown_size)
     except Exception:  # noqa: BLE001 - no signature: traced on its own
         return None
 
 
-def _sizes(model, unknown_size, memo, prefix="", counted=None):
+def _sizes(model, shapes, memo, prefix="", counted=None):
     """`{path: (kind, params, macs, notes)}` of every layer call in `model`'s graph.
 
     Each variable counts once, where the graph first calls a layer that holds
     it: a tied embedding called again as the output projection (keras_hub's
     `ReversibleEmbedding` in a causal LM) adds its MACs, not its parameters
-    again, so the parameters add up to `model.count_params()`.
+    again, so the parameters add up to `model.count_params()`. Each call is
+    traced at the shapes the calls before it computed (`_Shapes`).
     """
     counted = set() if counted is None else counted
     found = {}
@@ -163,12 +225,16 @@ def _sizes(model, unknown_size, memo, prefix="", counted=None):
         layer = call.layer
         path = prefix + layer.name
         if keras_graph.is_graph_model(layer):
-            found.update(_sizes(layer, unknown_size, memo, path + "/", counted))
+            inner, _, inner_outputs = keras_graph.graph_of(layer)
+            shapes.set(inner, [shapes.of(t) for t in call.inputs])
+            found.update(_sizes(layer, shapes, memo, path + "/", counted))
+            shapes.set(call.outputs, [shapes.of(t) for t in inner_outputs])
             continue
         new = [v for v in getattr(layer, "weights", ()) if id(v) not in counted]
         counted.update(id(v) for v in new)
         params = sum(size(v) for v in new)  # ops: none
-        macs, note = _macs(call, unknown_size, memo)
+        (macs, note), traced = _macs(call, shapes, memo)
+        shapes.set(call.outputs, traced)
         kind, old_params, old_macs, notes = found.get(
             path, (type(layer).__name__, 0, 0, ())
         )
@@ -233,8 +299,8 @@ def size_report(model, shrunk, print_fn=None, unknown_size=1):
             f" {unknown_size!r}."
         )
     memo = signature.Memo()
-    before = _sizes(model, int(unknown_size), memo)
-    after = _sizes(shrunk, int(unknown_size), memo)
+    before = _sizes(model, _Shapes(int(unknown_size)), memo)
+    after = _sizes(shrunk, _Shapes(int(unknown_size)), memo)
     # A keras_hub block written out as stock layers (`shrink`'s `StockBlock`)
     # has those layers, named after it, in its place: their sizes are its.
     merged = {path: [0, 0] for path in before}

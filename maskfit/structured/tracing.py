@@ -30,7 +30,7 @@ from typing import NamedTuple, Optional
 
 import keras
 
-__all__ = ["Traced", "hlo_macs", "traced_macs"]
+__all__ = ["Traced", "hlo_macs", "traced_call", "traced_macs"]
 
 
 class Traced(NamedTuple):
@@ -71,12 +71,36 @@ def traced_macs(operation, args, kwargs, unknown_size=1):
     >>> traced_macs(layer, (x,), {})
     Traced(macs=15, note=None)
     """
+    return traced_call(operation, args, kwargs, unknown_size)[0]
+
+
+def traced_call(operation, args, kwargs, unknown_size=1, shapes=None):
+    """`(Traced, shapes)`: `traced_macs`, and the shapes the traced call returned.
+
+    `shapes` lists the shape of each tensor `operation` returns (flattened,
+    the batch at the size it was traced at), as the backend computed them:
+    a caller passes them on to the calls that read these outputs, so that a
+    length the call derives from its inputs (a relative position table of
+    twice the sequence, a rotary table) has its real size there, not
+    `unknown_size`. None where the call could not be traced.
+
+    Example:
+
+    >>> import keras
+    >>> x = keras.Input((None, 5))
+    >>> _ = keras.layers.Dense(3)(x)
+    >>> double = keras.layers.Lambda(lambda t: keras.ops.concatenate([t, t], 1))
+    >>> traced_call(double, (x,), {}, unknown_size=4)
+    (Traced(macs=0, note=None), [(1, 8, 5)])
+    """
     tensors = [
         x
         for x in keras.tree.flatten((args, kwargs))
         if isinstance(x, keras.KerasTensor)
     ]
     specs = [_concrete(x, unknown_size) for x in tensors]
+    if shapes is not None:
+        specs = [(tuple(shape), dtype) for shape, (_, dtype) in zip(shapes, specs)]
     batches = {x.shape[0] for x in tensors if len(x.shape) and x.shape[0] is not None}
     batch = max(batches) if len(batches) == 1 else 1
 
@@ -92,17 +116,18 @@ def traced_macs(operation, args, kwargs, unknown_size=1):
 
     try:
         if keras.backend.backend() == "jax":
-            macs, loops = _jax(run, specs)
+            macs, loops, shapes = _jax(run, specs)
         elif keras.backend.backend() == "tensorflow":
-            macs, loops = _tensorflow(run, specs)
+            macs, loops, shapes = _tensorflow(run, specs)
         else:
-            return Traced(0, f"not traced on the {keras.backend.backend()} backend")
+            note = f"not traced on the {keras.backend.backend()} backend"
+            return Traced(0, note), None
     except Exception as error:  # noqa: BLE001 - any failure to trace is reported
-        return Traced(0, f"could not be traced ({_reason(error)})")
+        return Traced(0, f"could not be traced ({_reason(error)})"), None
     note = None
     if loops:
         note = "a loop whose trip count the trace does not state counts its body once"
-    return Traced(macs // batch, note)
+    return Traced(macs // batch, note), shapes
 
 
 _ERROR_LINE = re.compile(r"^(\w+(Error|Exception)):? (.+)$")
@@ -128,8 +153,11 @@ def _reason(error):
 def _jax(run, specs):
     import jax
 
-    closed = jax.make_jaxpr(run)(*[jax.ShapeDtypeStruct(s, d) for s, d in specs])
-    return _jaxpr_macs(closed.jaxpr)
+    closed, outputs = jax.make_jaxpr(run, return_shape=True)(
+        *[jax.ShapeDtypeStruct(s, d) for s, d in specs]
+    )
+    macs, loops = _jaxpr_macs(closed.jaxpr)
+    return macs, loops, [tuple(y.shape) for y in outputs]
 
 
 def _sub_jaxprs(value):
@@ -188,7 +216,8 @@ def _tensorflow(run, specs):
     function = tf.function(run, jit_compile=True)
     signature = [tf.TensorSpec(s, d) for s, d in specs]
     text = function.experimental_get_compiler_ir(*signature)(stage="hlo")
-    return hlo_macs(text)
+    outputs = function.get_concrete_function(*signature).structured_outputs
+    return (*hlo_macs(text), [tuple(y.shape.as_list()) for y in outputs])
 
 
 _HEAD = re.compile(r"^\s*(ENTRY\s+)?%?([^\s(]+)\s*\(.*\{\s*$")
