@@ -14,17 +14,10 @@ import pytest
 
 import maskfit.pruning as pruning
 from tests.helpers import hub_zoo
+from tests.structured import test_hub_zoo
 from tests.structured.test_hub_zoo import SHRINK_REFUSED
 
-keras_hub = pytest.importorskip("keras_hub", reason="needs the hub extra")
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        tuple(int(p) for p in keras_hub.__version__.split(".")[:2]) < (0, 32),
-        reason=f"keras-hub {keras_hub.__version__}: the zoo is written for 0.32",
-    ),
-]
+pytestmark = test_hub_zoo.pytestmark  # slow; keras-hub 0.32 or newer
 
 
 def _kernel_entries(layer):
