@@ -134,13 +134,22 @@ class _Shapes:
         """`tensor`'s shape for one example."""
         if id(tensor) in self._found:
             return self._found[id(tensor)]
-        shape = _known(tensor.shape, self.unknown_size)
-        return (1 if shape[0] is None else shape[0], *shape[1:]) if shape else ()
+        return self._concrete(tensor.shape)
 
     def set(self, tensors, shapes):
-        """Records the traced `shapes` of `tensors` (nothing if `shapes` is None)."""
+        """Records the traced `shapes` of `tensors` (nothing if `shapes` is None).
+
+        A dimension a shape leaves unknown (an output spec's batch, on older
+        Keras) is taken as for a symbolic shape.
+        """
         if shapes is not None and len(shapes) == len(tensors):
-            self._found.update((id(t), tuple(s)) for t, s in zip(tensors, shapes))
+            self._found.update(
+                (id(t), self._concrete(s)) for t, s in zip(tensors, shapes)
+            )
+
+    def _concrete(self, shape):
+        shape = _known(tuple(shape), self.unknown_size)
+        return (1 if shape[0] is None else shape[0], *shape[1:]) if shape else ()
 
     def arguments(self, call):
         """`(args, kwargs)` of `call`, each KerasTensor at its shape for one example."""
