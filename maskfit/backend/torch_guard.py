@@ -27,11 +27,11 @@ learned, and torch's CPU `sqrt` is several times slower on zeros than on
 other values (`docs/benchmarks.md`). Their held second-moment slots get
 1.0 written into their frozen entries just before the update (after their
 bits are kept), so the update's `sqrt` sees no zeros there; the restore puts
-the kept bits back, as for any slot. The fill is the restore's own pass,
+the kept bits back, as for any slot. The fill has the restore's form,
 `t = ones + t * keep` on the raw bits, with `ones` holding 1.0's bits where
-frozen (0 elsewhere): one integer `addcmul`, made once per variable and
-shared by its slots, where a `masked_fill_` with a bool mask cost about five
-times as much per step on a loaded CPU. This only changes what the update
+frozen (0 elsewhere, made once per variable and shared by its slots): one
+integer `addcmul`, a tenth of a `masked_fill_` with the bool mask on the
+CPU (`docs/benchmarks.md`). This only changes what the update
 computes at frozen entries, all of which are restored: in these optimizers'
 updates an entry reads no other entry (no norm over the tensor, unlike LAMB),
 and the classes are matched exactly, since a subclass may change the update.
