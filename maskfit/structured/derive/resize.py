@@ -83,7 +83,7 @@ def resized(layer, config, shrunk):
     if key is not None and key in _FOUND:
         found, fields, partial = _FOUND[key]
     else:
-        found, fields, partial = _search(layer, config, shape, shrunk, targets)
+        found, fields, partial = _search(layer, config, shape, shrunk, targets, counts)
         if key is not None:
             _FOUND[key] = (found, fields, partial)
     if found is None:
@@ -91,7 +91,7 @@ def resized(layer, config, shrunk):
     return Resized(type(layer).from_config(_apply(config, found)), fields, partial)
 
 
-def _search(layer, config, shape, shrunk, targets):
+def _search(layer, config, shape, shrunk, targets, counts):
     """`(substitutions, fields tried, partial)`; substitutions None where none passed.
 
     A candidate passes where each weight axis has its old length or its cut
@@ -100,7 +100,7 @@ def _search(layer, config, shape, shrunk, targets):
     one that leaves the fewest parameters is taken (`partial`).
     """
     old = [tuple(v.shape) for v in layer.weights]
-    changes = _changes(old, targets, shrunk, layer)
+    changes = _changes(old, targets, counts)
     lengths = {int(n) for v in old for n in v}
     fields = [
         (path, value, _options(value, changes, lengths))
@@ -189,18 +189,17 @@ def _best(passed, tried, full):
     return found, tried[found] != full
 
 
-def _changes(old, targets, shrunk, layer):
-    """`[(old, new)]`: weight axis lengths, then unit counts, that shrink."""
+def _changes(old, targets, counts):
+    """`[(old, new)]`: weight axis lengths, then unit counts (`counts`:
+    `(name, size, kept)` per unit space of the layer), that shrink."""
     found = []
     for shape, target in zip(old, targets):
         for a, b in zip(shape, target):
             if a != b and (a, b) not in found:
                 found.append((int(a), int(b)))
-    for space in shrunk.graph.spaces:
-        if space.layer is layer:
-            pair = (space.size, int(np.sum(shrunk.kept(space.ids))))
-            if pair[0] != pair[1] and pair not in found:
-                found.append(pair)
+    for _, size, kept in counts:
+        if size != kept and (size, kept) not in found:
+            found.append((size, kept))
     return found
 
 
