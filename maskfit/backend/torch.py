@@ -144,16 +144,18 @@ def masked_apply(optimizer, masks, gradients, variables, mask=None):
             _traced_apply(optimizer, masks, gradients, variables, mask)
             return
         guard = _guard(optimizer, masks, gradients, variables)
+        guard.masked = None
         if mask is None:
             gradients = guard.mask_gradients(
                 gradients, masks, guard.selected, variables
             )
         else:
             gradients = list(mask(gradients, guard.selected, guard))
+        zeroed = guard.zeroed(gradients)
         guard.take()
         with _multipliers(optimizer, masks, guard.selected, variables):
             optimizer.apply(gradients, variables)
-        guard.restore()
+        guard.restore(zeroed=zeroed)
 
 
 def _guard(optimizer, masks, gradients, variables):
@@ -167,7 +169,8 @@ def _guard(optimizer, masks, gradients, variables):
         return cache[2]
     selected = [t[i] for t, i in zip(masks.tables, intervals)]
     filled = torch_guard.sqrt_slots(optimizer)
-    guard = torch_guard.Guard(masks, selected, missing, slots, variables, filled)
+    stay = torch_guard.zero_slots(optimizer)
+    guard = torch_guard.Guard(masks, selected, missing, slots, variables, filled, stay)
     guard.selected = selected
     internals.set_untracked(optimizer, _GUARD_ATTR, (key, masks, guard, slots))
     return guard

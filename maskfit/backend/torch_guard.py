@@ -35,6 +35,18 @@ CPU (`docs/benchmarks.md`). This only changes what the update
 computes at frozen entries, all of which are restored: in these optimizers'
 updates an entry reads no other entry (no norm over the tensor, unlike LAMB),
 and the classes are matched exactly, since a subclass may change the update.
+
+Their first moments need no restore while their frozen entries are +0.0:
+the update computes `m * b1 + g * (1 - b1)`, and the guard has made every
+frozen gradient entry +0.0 (all bits clear), so +0.0 stays +0.0 bit for
+bit. Whether a held first-moment slot's frozen entries are all +0.0 is
+read when its bits are taken (a mask that froze entries which had learned
+leaves them nonzero: those are restored). This skips one pass per masked
+variable under Adam, AdamW and Nadam (exact classes,
+`internals.torch_trainer.ZERO_SLOTS`), and only in a step whose gradients
+are the very tensors `mask_gradients` returned, unwritten since (their
+version counters): a `MaskedModel.apply_grad_masks` of the user's may return
+other values (`zeroed`).
 """
 
 import keras
@@ -43,7 +55,7 @@ import torch
 from maskfit import internals
 from maskfit.step import stateless
 
-__all__ = ["Guard", "copied", "int_view", "sqrt_slots"]
+__all__ = ["Guard", "copied", "int_view", "sqrt_slots", "zero_slots"]
 
 _INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -59,9 +71,24 @@ def sqrt_slots(optimizer):
     Those the update takes the `sqrt` of, in optimizers where an entry's update
     reads no other entry (`internals.torch_trainer.SQRT_SLOTS`, exact classes only).
     """
+    return _slot_ids(optimizer, internals.torch_trainer.SQRT_SLOTS)
+
+
+def zero_slots(optimizer):
+    """The ids of the slots within `optimizer` whose +0.0 entries stay +0.0.
+
+    Those an update moves only by `m * b1 + g * (1 - b1)`
+    (`internals.torch_trainer.ZERO_SLOTS`, exact classes only): where the
+    gradient is +0.0, a +0.0 entry is not written to any other value.
+    """
+    return _slot_ids(optimizer, internals.torch_trainer.ZERO_SLOTS)
+
+
+def _slot_ids(optimizer, table):
+    """The ids of the slots named by `table` (class name: attributes) in `optimizer`."""
     found = set()
     for each in internals.optimizers_within(optimizer):
-        attributes = internals.torch_trainer.SQRT_SLOTS.get(type(each).__name__, ())
+        attributes = table.get(type(each).__name__, ())
         # Keras's own torch class (`torch_adam.Adam`...), never a subclass.
         own = internals.torch_trainer.is_own_torch_optimizer(each)
         if not (attributes and own and each.built):
@@ -86,15 +113,17 @@ def _one_bits(dtype, keep):
 class _Kept:
     """One tensor's frozen bits, with the version counter at which they hold."""
 
-    __slots__ = ("source", "tensor", "keep", "bits", "version", "fill")
+    __slots__ = ("source", "tensor", "keep", "bits", "version", "fill", "stays", "zero")
 
-    def __init__(self, source, keep, fill=None):
+    def __init__(self, source, keep, fill=None, stays=False):
         self.source = source  # the Keras variable; its tensor may be replaced
         self.tensor = source.value
         self.keep = keep  # 1 where it learns, 0 where frozen; None: held whole
         self.bits = None
         self.version = -1
         self.fill = fill  # 1.0's bits where frozen, 0 elsewhere; None: no fill
+        self.stays = stays and keep is not None  # +0.0 stays +0.0 under the update
+        self.zero = False  # `stays`, and every frozen entry +0.0 when taken
 
     def take(self):
         """Reads the frozen bits again when the tensor was written since the last restore."""
@@ -110,6 +139,7 @@ class _Kept:
             self.bits = tensor.detach().clone()
         else:
             self.bits = int_view(tensor) * (1 - self.keep)
+        self.zero = self.stays and not bool(self.bits.any())
         self.version = internals.torch_trainer.tensor_version(tensor)
 
     def fill_frozen(self):
@@ -118,12 +148,19 @@ class _Kept:
             view = int_view(self.tensor)
             torch.addcmul(self.fill, view, self.keep, out=view)
 
-    def restore(self, bits=None):
-        """Puts the frozen bits back (`bits`: another tensor's, for an EMA average)."""
+    def restore(self, bits=None, zeroed=False):
+        """Puts the frozen bits back (`bits`: another tensor's, for an EMA average).
+
+        `zeroed`: every frozen gradient entry was +0.0, so a tensor whose frozen
+        entries were +0.0 and `stays` holds them still (nothing to write).
+        """
         tensor = self.tensor
         if bits is None:
             if internals.torch_trainer.tensor_version(tensor) == self.version:
                 return  # the update did not write it
+            if zeroed and self.zero:
+                self.version = internals.torch_trainer.tensor_version(tensor)
+                return
             bits = self.bits
         if self.keep is None:
             tensor.copy_(bits)
@@ -138,10 +175,11 @@ class _Held:
 
     __slots__ = ("variable", "slots", "average")
 
-    def __init__(self, variable, keep, slots, average, fill=None, filled=()):
+    def __init__(self, variable, keep, slots, average, fill=None, filled=(), stay=()):
         self.variable = _Kept(variable, keep)
         self.slots = [
-            _Kept(slot, keep, fill if id(slot) in filled else None) for slot in slots
+            _Kept(slot, keep, fill if id(slot) in filled else None, id(slot) in stay)
+            for slot in slots
         ]
         self.average = None if average is None else _Kept(average, keep)
 
@@ -162,6 +200,9 @@ class Guard:
         update (`sqrt_slots`); a variable held whole fills none.
         Each such variable holds one more integer tensor of its shape (1.0's
         bits where frozen), made once, shared by its filled slots.
+      stay: ids of the slots whose +0.0 entries the update leaves +0.0 under
+        a +0.0 gradient (`zero_slots`): not restored while their frozen
+        entries are all +0.0 (`restore(zeroed=True)`).
 
     Example:
 
@@ -170,7 +211,8 @@ class Guard:
     [-2147483648]
     """
 
-    def __init__(self, masks, selected, missing, slots, variables, filled=()):
+    def __init__(self, masks, selected, missing, slots, variables, filled=(), stay=()):
+        self.masked = None  # [(gradient, its version)] the last masking returned
         self.frozen = {}  # position: bool tensor of the mask's shape
         self.keeps = {}  # position: its keep (1 where it learns, 0 where frozen)
         held = []
@@ -199,6 +241,7 @@ class Guard:
                     average,
                     fill,
                     filled if fill is not None else (),
+                    stay,
                 )
             )
 
@@ -213,12 +256,16 @@ class Guard:
                 slot.take()
                 slot.fill_frozen()
 
-    def restore(self):
-        """After the update: the frozen entries put back, bit for bit, in place."""
+    def restore(self, zeroed=False):
+        """After the update: the frozen entries put back, bit for bit, in place.
+
+        `zeroed`: the gradients were masked by `mask_gradients` (every frozen
+        entry +0.0), so slots that hold +0.0 there need nothing put back.
+        """
         for held in self.held:
             held.variable.restore()
             for slot in held.slots:
-                slot.restore()
+                slot.restore(zeroed=zeroed)
             if held.average is not None:
                 held.average.restore(held.variable.bits)
                 held.average.version = -1  # its bits are the variable's
@@ -232,6 +279,7 @@ class Guard:
         scale the gradient.
         """
         gradients = list(gradients)
+        self.masked = []
         for position, mask, scale in zip(masks.positions, selected, masks.scales):
             gradient = gradients[position]
             if gradient is None:
@@ -247,7 +295,26 @@ class Guard:
                 int_view(gradient).mul_(self.keeps[position])
             else:
                 gradients[position] = gradient.masked_fill(frozen, 0)
+            if frozen is not None:
+                tensor = gradients[position]
+                version = internals.torch_trainer.tensor_version(tensor)
+                self.masked.append((position, tensor, version))
         return gradients
+
+    def zeroed(self, gradients):
+        """Whether `gradients` are +0.0 at every frozen entry, as `mask_gradients` made them.
+
+        True when each held position's gradient is the tensor the last
+        `mask_gradients` returned, not written since. Clears that record.
+        """
+        masked, self.masked = self.masked, None
+        if masked is None or len(masked) != len(self.frozen):
+            return False
+        return all(
+            gradients[position] is tensor
+            and internals.torch_trainer.tensor_version(tensor) == version
+            for position, tensor, version in masked
+        )
 
 
 def _held(optimizer, masks, selected, gradients, variables):

@@ -68,6 +68,15 @@ PRIVATE_MEMBERS = (
         )
         for attribute in ("_velocities", "_velocity_hats")
     ),
+    (
+        "keras.optimizers.Adam (built, amsgrad=True)",
+        "_momentums",
+        "the attribute in which Adam, AdamW and Nadam keep their first moments,"
+        " which their torch update scales and adds the gradient to (`m = m * b1`,"
+        " `m += g * (1 - b1)`): a frozen entry that is +0.0 stays +0.0 under a"
+        " +0.0 gradient, so the torch guard skips its restore (`ZERO_SLOTS`)."
+        " Renamed, the restore runs (slower, still exact).",
+    ),
 )
 
 # The second-moment slots, by optimizer attribute, of the exact classes whose
@@ -76,6 +85,15 @@ SQRT_SLOTS = {
     "Adam": ("_velocities", "_velocity_hats"),
     "AdamW": ("_velocities", "_velocity_hats"),
     "Nadam": ("_velocities",),
+}
+
+# The first-moment slots, by optimizer attribute, of the exact classes whose
+# update of an entry is `m * b1 + g * (1 - b1)`: +0.0 stays +0.0 bit for bit
+# where the gradient is +0.0 (every product and sum of +0.0 is +0.0).
+ZERO_SLOTS = {
+    "Adam": ("_momentums",),
+    "AdamW": ("_momentums",),
+    "Nadam": ("_momentums",),
 }
 
 

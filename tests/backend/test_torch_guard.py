@@ -192,3 +192,102 @@ def test_the_update_takes_no_sqrt_of_a_zero_at_frozen_entries(monkeypatch, amsgr
     for slot in model.optimizer.variables:
         if tuple(slot.shape) == (4, 3):  # each moment: +0.0 where frozen
             np.testing.assert_array_equal(_bits(slot)[~keep], 0)
+
+
+def _count_addcmul(monkeypatch):
+    import torch
+
+    calls = []
+    real = torch.addcmul
+
+    def addcmul(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "addcmul", addcmul)
+    return calls
+
+
+def _moments(model, shape):
+    return [
+        slot
+        for slot in model.optimizer.variables
+        if tuple(slot.shape) == shape and "momentum" in slot.path
+    ]
+
+
+def test_first_moments_at_zero_where_frozen_are_not_written_back(monkeypatch):
+    # Adam's m stays +0.0 under +0.0 gradients: the guard writes back the
+    # kernel and the second moment (and fills it), not the first moment.
+    calls = _count_addcmul(monkeypatch)
+    keras.utils.set_random_seed(0)
+    model = maskfit.MaskedSequential([keras.Input((4,)), keras.layers.Dense(3)])
+    keep = np.random.default_rng(1).random((4, 3)) < 0.5
+    maskfit.set_mask(model.layers[0], maskfit.ElementMask({"kernel": keep}))
+    model.compile(keras.optimizers.Adam(0.05), loss="mse")
+    _fit(model, 2)
+    assert len(calls) == 3 * 4  # kernel, fill, second moment: 4 steps
+    (moment,) = _moments(model, (4, 3))
+    np.testing.assert_array_equal(_bits(moment)[~keep], 0)
+    assert np.all(_bits(moment)[keep] != 0)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: keras.optimizers.Adam(0.05),
+        lambda: keras.optimizers.AdamW(0.05, weight_decay=0.1),
+        lambda: keras.optimizers.Nadam(0.05),
+    ],
+)
+def test_first_moments_that_learned_before_the_mask_keep_their_bits(make):
+    # A mask set after training freezes entries whose m is not 0: those are
+    # written back every step (m * b1 would move them).
+    keras.utils.set_random_seed(0)
+    model = maskfit.MaskedSequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(make(), loss="mse")
+    _fit(model, 1)
+    keep = np.random.default_rng(1).random((4, 3)) < 0.5
+    maskfit.set_mask(model.layers[0], maskfit.ElementMask({"kernel": keep}))
+    (moment,) = _moments(model, (4, 3))
+    before = _bits(moment).copy()
+    assert np.all(before[~keep] != 0)
+    _fit(model, 2)
+    np.testing.assert_array_equal(_bits(moment)[~keep], before[~keep])
+    assert np.all(_bits(moment)[keep] != before[keep])
+
+
+class _RawGradients(maskfit.MaskedSequential):
+    """Returns the gradients unmasked: the frozen entries see real values."""
+
+    def apply_grad_masks(self, gradients, variables):
+        return list(gradients)
+
+
+class _OneAddedInPlace(maskfit.MaskedSequential):
+    """Masks, then writes 1.0 into every entry of the same tensors."""
+
+    def apply_grad_masks(self, gradients, variables):
+        gradients = super().apply_grad_masks(gradients, variables)
+        for gradient in gradients:
+            gradient.add_(1.0)
+        return gradients
+
+
+@pytest.mark.parametrize("model_class", [_RawGradients, _OneAddedInPlace])
+def test_first_moments_are_written_back_when_the_users_masking_leaves_values(
+    model_class, monkeypatch
+):
+    calls = _count_addcmul(monkeypatch)
+    keras.utils.set_random_seed(0)
+    model = model_class([keras.Input((4,)), keras.layers.Dense(3)])
+    keep = np.random.default_rng(1).random((4, 3)) < 0.5
+    maskfit.set_mask(model.layers[0], maskfit.ElementMask({"kernel": keep}))
+    model.compile(keras.optimizers.Adam(0.05), loss="mse")
+    kernel = model.layers[0].kernel
+    before = _bits(kernel).copy()
+    _fit(model, 2)
+    assert len(calls) == 4 * 4  # the first moment too
+    np.testing.assert_array_equal(_bits(kernel)[~keep], before[~keep])
+    (moment,) = _moments(model, (4, 3))
+    np.testing.assert_array_equal(_bits(moment)[~keep], 0)
