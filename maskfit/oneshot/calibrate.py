@@ -10,6 +10,12 @@ block received in that pass (padding and attention masks). Where a block's
 input is not the output of the block before (a model that does more between
 blocks), the model is run again up to each block instead, which costs more
 time but calibrates the same way. Only one block's inputs are held at a time.
+
+The first pass does two more things, as the calls of keras_hub's blocks are
+most of a pass's time (each op dispatched eagerly): it records what the first
+block's kernels read (their inputs in that pass are the ones a separate call
+would give), and it stops when the last block is called, once its arguments
+are recorded, so neither the last block nor the model's head runs.
 """
 
 import keras
@@ -65,16 +71,28 @@ def _wrap(block, record):
     return internals.set_method(block, "call", call)
 
 
-def chained(model, found, batches):
+def chained(model, found, batches, first=None):
     """`(inputs of the first block per batch, other arguments per block and batch)`.
 
     One pass of `model` over `batches` with every block watched. Returns
     None for the second item if some block's first argument is not the
     output of the block before it (`block_inputs` then runs the model up to
-    each block instead).
+    each block instead). The pass ends at the last block's call, once its
+    arguments are recorded: neither that block nor what follows it runs.
+
+    Args:
+      model: the model.
+      found: its blocks (`blocks`).
+      batches: the model inputs per batch (`batches_of`).
+      first: optionally `(layers, stats)`: the first block's kernel layers,
+        watched in this pass (`watch`), so their `Stats` need no call of
+        their own. They hold the first block's calibration only where the
+        second item is not None (a block called more than once per batch
+        adds every call).
     """
     firsts, rests, chain = [], [[] for _ in found], [True]
     last = [None]
+    final = len(found) - 1
 
     def recorder(index):
         def record(original, args, kwargs):
@@ -89,6 +107,8 @@ def chained(model, found, batches):
                 ):
                     chain[0] = False
             rests[index].append((args[1:], kwargs))
+            if index == final and index > 0:
+                raise _Stop("the last block's arguments recorded")
             out = original(*args, **kwargs)
             last[0] = out if not isinstance(out, (tuple, list)) else None
             return out
@@ -96,10 +116,15 @@ def chained(model, found, batches):
         return record
 
     undo = [_wrap(block, recorder(i)) for i, block in enumerate(found)]
+    if first is not None:
+        undo += watch(*first)
     try:
         for x in batches:
             last[0] = None
-            model(x, training=False)
+            try:
+                model(x, training=False)
+            except _Stop:
+                pass
     finally:
         for step in reversed(undo):
             step()

@@ -107,17 +107,22 @@ def prune_oneshot(
         )
     originals, rows, masks, tokens = {}, [], {}, []
     try:
-        firsts, rests = calibrate.chained(model, found, batches)
+        # The first block's kernels are calibrated in the model's pass itself.
+        stats = _stats(plans[0])
+        first = ([layer for layer, _ in plans[0]], stats)
+        firsts, rests = calibrate.chained(model, found, batches, first)
         xs = firsts if rests else None
         for index, (block, plan) in enumerate(zip(found, plans)):
             if rests is not None:
                 inputs = [((x,) + a, k) for x, (a, k) in zip(xs, rests[index])]
             else:
                 inputs = calibrate.block_inputs(model, block, batches)
+            if index or rests is None:
+                stats = _calibrate(block, plan, inputs)
             rows += _prune_block(
                 block,
                 plan,
-                inputs,
+                stats,
                 goal,
                 (blocksize, percdamp),
                 (originals, masks),
@@ -198,12 +203,15 @@ def _reasons(refused):
     return ": " + "; ".join(f"'{k}': {v}" for k, v in refused.items()) + "."
 
 
-def _prune_block(block, plan, inputs, goal, settings, state, refused, tokens):
-    """Calibrates and prunes `plan`'s kernels of `block`; returns their `LayerReport`s."""
-    blocksize, percdamp = settings
-    originals, masks = state
-    shared = {}  # layers reading one tensor share its X^T X
-    stats = [calibrate.Stats(view, shared) for _, view in plan]
+def _stats(plan):
+    """Empty `Stats` for `plan`'s kernels; layers reading one tensor share its X^T X."""
+    shared = {}
+    return [calibrate.Stats(view, shared) for _, view in plan]
+
+
+def _calibrate(block, plan, inputs):
+    """The `Stats` of `plan`'s kernels over one call of `block` per `(args, kwargs)`."""
+    stats = _stats(plan)
     undo = calibrate.watch([layer for layer, _ in plan], stats)
     try:
         for args, kwargs in inputs:
@@ -211,7 +219,15 @@ def _prune_block(block, plan, inputs, goal, settings, state, refused, tokens):
     finally:
         for step in reversed(undo):
             step()
-        shared.clear()
+    return stats
+
+
+def _prune_block(block, plan, stats, goal, settings, state, refused, tokens):
+    """Prunes `plan`'s kernels of `block` from their `stats`; returns their `LayerReport`s."""
+    blocksize, percdamp = settings
+    originals, masks = state
+    if stats:
+        stats[0].shared.clear()  # the last inputs, held for sharing only
     rows = []
     for (layer, view), stat in zip(plan, stats):
         if stat.count == 0:
