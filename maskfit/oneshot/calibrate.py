@@ -29,6 +29,7 @@ __all__ = [
     "block_inputs",
     "blocks",
     "chained",
+    "in_one_pass",
     "kernel_layers",
     "watch",
 ]
@@ -131,6 +132,78 @@ def chained(model, found, batches, first=None):
     # A block called more than once per batch (shared) breaks the chain too.
     once = all(len(seen) == len(batches) for seen in rests)
     return firsts, (rests if chain[0] and once else None)
+
+
+def in_one_pass(model, found, x, visit):
+    """Runs `model` once on the batch `x`, each block visited as the pass reaches it.
+
+    At a block's first call, `visit(block, args, kwargs)` runs first (it
+    calibrates and prunes the block, calling `block.call` on `args` and
+    `kwargs`, which then runs the block as it is); then the block runs on
+    them and its output goes on. Its later calls run it as it is. The pass stops once
+    the last block is visited: neither its pruned call nor the model's head
+    runs.
+
+    Returns:
+      whether the blocks were chained (each called once, its first argument
+      the output of the block before it, as `chained` checks), or None if a
+      block was called before one listed ahead of it was visited.
+
+    Raises:
+      ValueError: if a block is never called.
+    """
+    seen, chain, last, order, visiting = set(), [True], [None], [True], [False]
+    final = len(found) - 1
+
+    def recorder(index):
+        def record(original, args, kwargs):
+            if visiting[0]:
+                return original(*args, **kwargs)
+            if index in seen or not order[0]:
+                chain[0] = False
+                return original(*args, **kwargs)
+            if len(seen) != index:
+                order[0] = False
+                raise _Stop("a block called out of its order")
+            seen.add(index)
+            if not args:
+                chain[0] = False
+            elif index and (last[0] is None or args[0] is not last[0]):
+                if last[0] is None or not np.array_equal(
+                    keras.ops.convert_to_numpy(args[0]),
+                    keras.ops.convert_to_numpy(last[0]),
+                ):
+                    chain[0] = False
+            visiting[0] = True
+            try:
+                visit(found[index], args, kwargs)
+            finally:
+                visiting[0] = False
+            if index == final:
+                raise _Stop("every block visited")
+            out = original(*args, **kwargs)
+            last[0] = out if not isinstance(out, (tuple, list)) else None
+            return out
+
+        return record
+
+    undo = [_wrap(block, recorder(i)) for i, block in enumerate(found)]
+    try:
+        model(x, training=False)
+    except _Stop:
+        pass
+    finally:
+        for step in reversed(undo):
+            step()
+    if not order[0]:
+        return None
+    missing = [block.name for i, block in enumerate(found) if i not in seen]
+    if missing:
+        raise ValueError(
+            f"prune_oneshot: block '{missing[0]}' was not called when"
+            f" model '{model.name}' ran on a calibration batch."
+        )
+    return chain[0]
 
 
 def block_inputs(model, block, batches):
