@@ -60,19 +60,20 @@ def write_inputs(path, dense, arch, seed, calibration, batch, validation, method
     )  # fmt: skip
 
 
-def run_arm(python, inputs, output):
+def run_arm(python, inputs, output, nice=5):
     """Runs the arm with `python` on `inputs` (`.npz`); returns its JSON.
 
-    Niced (the machine is shared); its own process, so its torch threads and
-    memory never meet TensorFlow's. Raises RuntimeError with the arm's
-    output when it fails as a whole (a method it cannot run is a row with
-    an `error`, not a failure).
+    Niced by `nice` more than this process (the machine is shared; 0: at this
+    process's own level, as `experiments.llm_compression.timing` runs it);
+    its own process, so its torch threads and memory never meet
+    TensorFlow's. Raises RuntimeError with the arm's output when it fails as
+    a whole (a method it cannot run is a row with an `error`, not a failure).
     """
     env = dict(os.environ, PYTHONPATH=_ROOT, USE_TF="0", TF_CPP_MIN_LOG_LEVEL="2")
     command = [python, "-m", "experiments.llm_compression.llmcompressor_arm",
                inputs, output]  # fmt: skip
-    if sys.platform.startswith("linux"):
-        command = ["nice", "-n", "5"] + command
+    if nice and sys.platform.startswith("linux"):
+        command = ["nice", "-n", str(int(nice))] + command
     done = subprocess.run(command, cwd=_ROOT, env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(

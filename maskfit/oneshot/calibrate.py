@@ -10,6 +10,12 @@ block received in that pass (padding and attention masks). Where a block's
 input is not the output of the block before (a model that does more between
 blocks), the model is run again up to each block instead, which costs more
 time but calibrates the same way. Only one block's inputs are held at a time.
+
+The first pass does two more things, as the calls of keras_hub's blocks are
+most of a pass's time (each op dispatched eagerly): it records what the first
+block's kernels read (their inputs in that pass are the ones a separate call
+would give), and it stops when the last block is called, once its arguments
+are recorded, so neither the last block nor the model's head runs.
 """
 
 import keras
@@ -23,6 +29,7 @@ __all__ = [
     "block_inputs",
     "blocks",
     "chained",
+    "in_one_pass",
     "kernel_layers",
     "watch",
 ]
@@ -65,16 +72,28 @@ def _wrap(block, record):
     return internals.set_method(block, "call", call)
 
 
-def chained(model, found, batches):
+def chained(model, found, batches, first=None):
     """`(inputs of the first block per batch, other arguments per block and batch)`.
 
     One pass of `model` over `batches` with every block watched. Returns
     None for the second item if some block's first argument is not the
     output of the block before it (`block_inputs` then runs the model up to
-    each block instead).
+    each block instead). The pass ends at the last block's call, once its
+    arguments are recorded: neither that block nor what follows it runs.
+
+    Args:
+      model: the model.
+      found: its blocks (`blocks`).
+      batches: the model inputs per batch (`batches_of`).
+      first: optionally `(layers, stats)`: the first block's kernel layers,
+        watched in this pass (`watch`), so their `Stats` need no call of
+        their own. They hold the first block's calibration only where the
+        second item is not None (a block called more than once per batch
+        adds every call).
     """
     firsts, rests, chain = [], [[] for _ in found], [True]
     last = [None]
+    final = len(found) - 1
 
     def recorder(index):
         def record(original, args, kwargs):
@@ -89,6 +108,79 @@ def chained(model, found, batches):
                 ):
                     chain[0] = False
             rests[index].append((args[1:], kwargs))
+            if index == final and index > 0:
+                raise _Stop("the last block's arguments recorded")
+            out = original(*args, **kwargs)
+            last[0] = out if not isinstance(out, (tuple, list)) else None
+            return out
+
+        return record
+
+    undo = [_wrap(block, recorder(i)) for i, block in enumerate(found)]
+    if first is not None:
+        undo += watch(*first)
+    try:
+        for x in batches:
+            last[0] = None
+            try:
+                model(x, training=False)
+            except _Stop:
+                pass
+    finally:
+        for step in reversed(undo):
+            step()
+    # A block called more than once per batch (shared) breaks the chain too.
+    once = all(len(seen) == len(batches) for seen in rests)
+    return firsts, (rests if chain[0] and once else None)
+
+
+def in_one_pass(model, found, x, visit):
+    """Runs `model` once on the batch `x`, each block visited as the pass reaches it.
+
+    At a block's first call, `visit(block, args, kwargs)` runs first (it
+    calibrates and prunes the block, calling `block.call` on `args` and
+    `kwargs`, which then runs the block as it is); then the block runs on
+    them and its output goes on. Its later calls run it as it is. The pass stops once
+    the last block is visited: neither its pruned call nor the model's head
+    runs.
+
+    Returns:
+      whether the blocks were chained (each called once, its first argument
+      the output of the block before it, as `chained` checks), or None if a
+      block was called before one listed ahead of it was visited.
+
+    Raises:
+      ValueError: if a block is never called.
+    """
+    seen, chain, last, order, visiting = set(), [True], [None], [True], [False]
+    final = len(found) - 1
+
+    def recorder(index):
+        def record(original, args, kwargs):
+            if visiting[0]:
+                return original(*args, **kwargs)
+            if index in seen or not order[0]:
+                chain[0] = False
+                return original(*args, **kwargs)
+            if len(seen) != index:
+                order[0] = False
+                raise _Stop("a block called out of its order")
+            seen.add(index)
+            if not args:
+                chain[0] = False
+            elif index and (last[0] is None or args[0] is not last[0]):
+                if last[0] is None or not np.array_equal(
+                    keras.ops.convert_to_numpy(args[0]),
+                    keras.ops.convert_to_numpy(last[0]),
+                ):
+                    chain[0] = False
+            visiting[0] = True
+            try:
+                visit(found[index], args, kwargs)
+            finally:
+                visiting[0] = False
+            if index == final:
+                raise _Stop("every block visited")
             out = original(*args, **kwargs)
             last[0] = out if not isinstance(out, (tuple, list)) else None
             return out
@@ -97,15 +189,21 @@ def chained(model, found, batches):
 
     undo = [_wrap(block, recorder(i)) for i, block in enumerate(found)]
     try:
-        for x in batches:
-            last[0] = None
-            model(x, training=False)
+        model(x, training=False)
+    except _Stop:
+        pass
     finally:
         for step in reversed(undo):
             step()
-    # A block called more than once per batch (shared) breaks the chain too.
-    once = all(len(seen) == len(batches) for seen in rests)
-    return firsts, (rests if chain[0] and once else None)
+    if not order[0]:
+        return None
+    missing = [block.name for i, block in enumerate(found) if i not in seen]
+    if missing:
+        raise ValueError(
+            f"prune_oneshot: block '{missing[0]}' was not called when"
+            f" model '{model.name}' ran on a calibration batch."
+        )
+    return chain[0]
 
 
 def block_inputs(model, block, batches):

@@ -48,9 +48,12 @@ def prune_oneshot(
     quantized, never called, an N:M pattern that does not divide their
     inputs) are left dense and named in the report's `refused`. The math is
     NumPy (float64), the calibration passes run the model through Keras, so
-    TensorFlow and JAX prune alike. Memory: one block's inputs and its
-    kernels' `X^T X` at a time, and a copy of the pruned kernels to put back
-    if the call fails.
+    TensorFlow and JAX prune alike. With one calibration batch (the papers'
+    128 sequences in one batch), one pass of the model does it all: each
+    block is calibrated and pruned when the pass reaches it, then run pruned
+    (two calls of each block); with several, the blocks are called once more
+    each. Memory: one block's inputs and its kernels' `X^T X` at a time, and
+    a copy of the pruned kernels to put back if the call fails.
 
     Args:
       model: a built Keras model (a keras_hub `CausalLM`, its backbone, or
@@ -105,44 +108,98 @@ def prune_oneshot(
             f"prune_oneshot: model '{model.name}' has no Dense or EinsumDense layer"
             " it can prune" + _reasons(refused)
         )
-    originals, rows, masks, tokens = {}, [], {}, []
+    state = _State(goal, (blocksize, percdamp), dict(refused))
     try:
-        firsts, rests = calibrate.chained(model, found, batches)
-        xs = firsts if rests else None
-        for index, (block, plan) in enumerate(zip(found, plans)):
-            if rests is not None:
-                inputs = [((x,) + a, k) for x, (a, k) in zip(xs, rests[index])]
-            else:
-                inputs = calibrate.block_inputs(model, block, batches)
-            rows += _prune_block(
-                block,
-                plan,
-                inputs,
-                goal,
-                (blocksize, percdamp),
-                (originals, masks),
-                refused,
-                tokens,
-            )
-            if rests is not None and index + 1 < len(found):
-                xs = [block(*a, **k) for a, k in inputs]
-            del inputs
+        chained = None
+        if len(batches) == 1:
+            chained = _in_one_pass(model, found, plans, batches[0], state)
+            if chained is None:  # blocks not called in their order: as below
+                state.restore()
+                state = _State(goal, (blocksize, percdamp), dict(refused))
+        if chained is None:
+            chained = _in_passes(model, found, plans, batches, state)
     except BaseException:
-        for variable, value in originals.values():
-            variable.assign(value)
+        state.restore()
         raise
-    for layer, keep in masks.values():
+    for layer, keep in state.masks.values():
         _declare(layer, keep)
     return report.OneShotReport(
         method=goal.method,
         target=goal.describe(),
-        layers=tuple(rows),
-        refused=refused,
+        layers=tuple(state.rows),
+        refused=state.refused,
         blocks=len(found),
-        tokens=tokens[0] if tokens else 0,
-        chained=rests is not None,
+        tokens=state.tokens[0] if state.tokens else 0,
+        chained=chained,
         seconds=time.perf_counter() - start,
     )
+
+
+class _State:
+    """What a pass has pruned so far: reports, masks, refusals, kernels to put back."""
+
+    def __init__(self, goal, settings, refused):
+        self.goal, self.settings, self.refused = goal, settings, refused
+        self.originals, self.masks, self.rows, self.tokens = {}, {}, [], []
+
+    def prune(self, block, plan, stats):
+        self.rows += _prune_block(
+            block,
+            plan,
+            stats,
+            self.goal,
+            self.settings,
+            (self.originals, self.masks),
+            self.refused,
+            self.tokens,
+        )
+
+    def restore(self):
+        """Puts back every kernel pruned so far."""
+        for variable, value in self.originals.values():
+            variable.assign(value)
+
+
+def _in_one_pass(model, found, plans, batch, state):
+    """Prunes every block in one pass of `model` over its one calibration `batch`.
+
+    Each block is calibrated and pruned when the pass reaches it, then run
+    pruned, so the blocks after it read the pruned outputs (two calls of
+    each block, one of the last). Returns whether the blocks were chained,
+    or None, having pruned what it reached, if a block was called before one
+    listed ahead of it (the passes of `_in_passes` then prune in list order).
+    """
+    index = {id(block): i for i, block in enumerate(found)}
+
+    def visit(block, args, kwargs):
+        plan = plans[index[id(block)]]
+        # `block.call` looked up when called: a block that is a kernel's layer
+        # itself is watched through it.
+        stats = _calibrate(lambda *a, **k: block.call(*a, **k), plan, [(args, kwargs)])
+        state.prune(block, plan, stats)
+
+    return calibrate.in_one_pass(model, found, batch, visit)
+
+
+def _in_passes(model, found, plans, batches, state):
+    """Prunes every block, each calibrated on all `batches`; returns whether chained."""
+    # The first block's kernels are calibrated in the model's pass itself.
+    stats = _stats(plans[0])
+    first = ([layer for layer, _ in plans[0]], stats)
+    firsts, rests = calibrate.chained(model, found, batches, first)
+    xs = firsts if rests else None
+    for index, (block, plan) in enumerate(zip(found, plans)):
+        if rests is not None:
+            inputs = [((x,) + a, k) for x, (a, k) in zip(xs, rests[index])]
+        else:
+            inputs = calibrate.block_inputs(model, block, batches)
+        if index or rests is None:
+            stats = _calibrate(block, plan, inputs)
+        state.prune(block, plan, stats)
+        if rests is not None and index + 1 < len(found):
+            xs = [block(*a, **k) for a, k in inputs]
+        del inputs
+    return rests is not None
 
 
 def _batches(calibration):
@@ -198,20 +255,31 @@ def _reasons(refused):
     return ": " + "; ".join(f"'{k}': {v}" for k, v in refused.items()) + "."
 
 
-def _prune_block(block, plan, inputs, goal, settings, state, refused, tokens):
-    """Calibrates and prunes `plan`'s kernels of `block`; returns their `LayerReport`s."""
-    blocksize, percdamp = settings
-    originals, masks = state
-    shared = {}  # layers reading one tensor share its X^T X
-    stats = [calibrate.Stats(view, shared) for _, view in plan]
+def _stats(plan):
+    """Empty `Stats` for `plan`'s kernels; layers reading one tensor share its X^T X."""
+    shared = {}
+    return [calibrate.Stats(view, shared) for _, view in plan]
+
+
+def _calibrate(call, plan, inputs):
+    """The `Stats` of `plan`'s kernels over one `call` (a block) per `(args, kwargs)`."""
+    stats = _stats(plan)
     undo = calibrate.watch([layer for layer, _ in plan], stats)
     try:
         for args, kwargs in inputs:
-            block(*args, **kwargs)
+            call(*args, **kwargs)
     finally:
         for step in reversed(undo):
             step()
-        shared.clear()
+    return stats
+
+
+def _prune_block(block, plan, stats, goal, settings, state, refused, tokens):
+    """Prunes `plan`'s kernels of `block` from their `stats`; returns their `LayerReport`s."""
+    blocksize, percdamp = settings
+    originals, masks = state
+    if stats:
+        stats[0].shared.clear()  # the last inputs, held for sharing only
     rows = []
     for (layer, view), stat in zip(plan, stats):
         if stat.count == 0:
