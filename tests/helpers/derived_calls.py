@@ -11,6 +11,9 @@ cannot follow:
 - `SequenceNormFFN`: its `build` sizes a weight by the sequence axis, so a
   build at a shape with None there fails (keras_hub's Falcon and XLNet
   blocks, built at the shape they are called with);
+- `TableFFN`: an optional position table of one row per position (its
+  first axis no batch), which zeros of a batch of 2 cannot size, so the
+  derivation falls back to the input alone (keras_hub's DINOv3 rotary tables);
 - `BiasedAttention`: grouped attention called with a boolean mask (second
   positional argument) and an additive attention bias (keyword), both
   required (keras_hub's DeBERTa `rel_embeddings`, T5's position bias).
@@ -59,6 +62,13 @@ class SequenceNormFFN(blocks.GatedFFN):
 
     def call(self, x):
         return super().call(x * self.position_scale[:, None])
+
+
+class TableFFN(blocks.GatedFFN):
+    def call(self, x, table=None):
+        if table is not None:  # (positions, hidden): zeros of (2, hidden) do not fit
+            x = x + ops.reshape(table, (-1, SEQUENCE, HIDDEN))
+        return super().call(x)
 
 
 class BiasedAttention(blocks.GroupedAttention):

@@ -139,3 +139,17 @@ def test_a_block_called_by_keyword_carries_units_on_its_first_parameter():
     model = keras.Model([x, keep, bias], block(x=x, keep=keep, bias=bias))
     assert _spaces(block, _call_of(model, block)) == {"heads": _HEADS}
     assert len(pruning.select_units(model, 0.5).removed()["block"]["heads"]) == 1
+
+
+# Under TensorFlow only: JAX's symbolic shapes refuse the reshape of a table
+# whose first axis is unknown, so such a model cannot be built there.
+@pytest.mark.backends("tensorflow")
+def test_a_call_its_zeros_cannot_size_is_derived_from_its_input_alone():
+    x = keras.Input((calls.SEQUENCE, calls.HIDDEN))
+    table = keras.Input(batch_shape=(None, calls.HIDDEN))  # a row per position
+    block = calls.TableFFN(name="block")
+    model = keras.Model([x, table], block(x, table=table))
+    graph = pruning.DependencyGraph(model)
+    assert [(s.name, s.size) for s in graph.spaces if s.layer is block] == [
+        ("units", 6)
+    ]

@@ -93,6 +93,27 @@ def _derive_here(layer, input_shape, described):
     return spaces, reasons, residual
 
 
+def _derive_either(layer, shape, described):
+    """`derive` with the call's arguments, else with its input alone.
+
+    An extra tensor whose unknown dimensions the zeros cannot size (a
+    position table of one row per patch, read as a batch of 2) makes the
+    call fail where its default (None) would not: the input alone is tried
+    then, and the error of the call with its arguments is raised if that
+    fails too. Returns `derive`'s three values and the arguments used.
+    """
+    try:
+        return (*derive(layer, shape, described), described)
+    except Exception as error:
+        if described is None or described == call_arguments.FIRST_ONLY:
+            raise
+        first = error
+    try:
+        return (*derive(layer, shape, None), None)
+    except Exception:  # noqa: BLE001 - the first error says more
+        raise first from None
+
+
 class Derived(Coupling):
     """A layer's coupling derived from its jaxpr (`derive`), gradient-checked."""
 
@@ -104,7 +125,9 @@ class Derived(Coupling):
             described = call_arguments.describe(
                 call.call.args, call.call.kwargs, call.call.inputs[index]
             )
-            spaces, reasons, residual = derive(layer, shape, described)
+            spaces, reasons, residual, described = _derive_either(
+                layer, shape, described
+            )
         except Exception as error:  # noqa: BLE001 - any failure to trace refuses
             return graph.refuse(
                 layer,
