@@ -103,4 +103,6 @@ def _tensorflow(fn, inputs, rng):
     gradients = tape.gradient(
         total, values, unconnected_gradients=tf.UnconnectedGradients.ZERO
     )
-    return [np.asarray(gradient) for gradient in gradients]
+    # A gather's gradient is `IndexedSlices` (a relative position table's):
+    # made dense, the array of the input's shape.
+    return [np.asarray(tf.convert_to_tensor(gradient)) for gradient in gradients]

@@ -49,11 +49,13 @@ _COUPLINGS = {
 }
 
 
-def _problem_before(layer, x, arrays, space, sliced, node, before, seed):
+def _problem_before(
+    layer, x, arrays, space, sliced, node, before, seed, described=None
+):
     """The check before the bool mask: `before` holds the whole gradients."""
     index_of = {id(v): i for i, v in enumerate(layer.weights)}
     zeroed = [(v, axis, np.flatnonzero(ids == node)) for v, axis, ids, _ in sliced]
-    after = hub_check._gradients(layer, x, arrays, zeroed, seed)
+    after = hub_check._gradients(layer, x, arrays, zeroed, seed, described)
     scale = max(float(np.max(np.abs(g))) for g in before.values())
     declared = {}
     unit = node - space.first

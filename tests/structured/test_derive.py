@@ -157,8 +157,8 @@ def _derive_without(monkeypatch, part):
     """Makes the derivation wrong: it leaves out the weights whose path has `part`."""
     right = derive_coupling.derive
 
-    def wrong(layer, shape):
-        spaces, reasons, residual = right(layer, shape)
+    def wrong(layer, shape, described=None):
+        spaces, reasons, residual = right(layer, shape, described)
         kept = [
             s._replace(
                 entries=tuple(

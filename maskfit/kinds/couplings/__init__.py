@@ -9,6 +9,8 @@ they share:
 
 - `calls`: what a coupling reads and returns (`Call`, `CallUnits`,
   `TensorUnits`);
+- `arguments`: a call's arguments as plain data, to call the layer again the
+  same way (its other tensors as zeros);
 - `base`: `Coupling`, `Refused`, and `UnitCoupling` for users' layers;
 - `producer`: `Producer`, the coupling of the layers that make units (dense
   and convolution families);

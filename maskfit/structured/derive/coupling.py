@@ -14,6 +14,9 @@ config, weight shapes, input shape) are derived once per process.
 counts (`resize`); what no config passing its checks can cut keeps its
 size, its removed units' entries 0.
 
+The layer is traced, checked and resized as the model calls it: with its
+other tensor arguments (a mask, a bias, relative embeddings) as zeros
+(`maskfit.kinds.couplings.arguments`); they carry no units.
 Under TensorFlow the jaxpr is made in a JAX worker process (`worker`),
 from the layer's class and config, and the gradient check runs on the
 layer itself. Under torch nothing is derived
@@ -24,6 +27,7 @@ refused with a reason that says so.
 import keras
 
 from maskfit import support
+from maskfit.kinds.couplings import arguments as call_arguments
 from maskfit.kinds.couplings import lookup
 from maskfit.kinds.couplings import signature as check_signature
 from maskfit.kinds.couplings.base import Coupling, Refused
@@ -44,34 +48,38 @@ _REFUSAL = "declares no unit coupling, and deriving one from its computation"
 _MEMO = {}
 
 
-def derive(layer, input_shape):
+def derive(layer, input_shape, described=None):
     """The unit spaces of `layer` called on `input_shape`, derived from its jaxpr.
 
     Args:
       layer: a built layer (under TensorFlow, its class importable and its
         config complete: it is rebuilt in a JAX worker process).
       input_shape: its first input's shape.
+      described: the call's arguments (`arguments.describe`): its other
+        tensors are passed as zeros; None: the first input alone.
 
     Returns:
       `(spaces, reasons, residual)`: `spaces.Space`s (weights by index into
       `layer.weights`), `{weight index: why it does not prune}`, and whether
       the output's last axis carries the input's (a residual stream).
     """
-    key = check_signature.signature(layer, tuple(input_shape), "derived coupling")
+    key = check_signature.signature(
+        layer, tuple(input_shape), "derived coupling", call_arguments.key(described)
+    )
     if key is not None and key in _MEMO:
         return _MEMO[key]
     if keras.backend.backend() == "jax":
-        found = _derive_here(layer, input_shape)
+        found = _derive_here(layer, input_shape, described)
     else:
-        found = derive_worker.derive_in_worker(layer, input_shape)
+        found = derive_worker.derive_in_worker(layer, input_shape, described)
     if key is not None:
         _MEMO[key] = found
     return found
 
 
-def _derive_here(layer, input_shape):
+def _derive_here(layer, input_shape, described):
     """`derive` under the JAX backend: the layer's own jaxpr."""
-    traced = derive_trace.trace(layer, input_shape)
+    traced = derive_trace.trace(layer, input_shape, described)
     labels = derive_propagate.propagate(
         traced.jaxpr, traced.weights, traced.inputs, traced.outputs
     )
@@ -85,13 +93,41 @@ def _derive_here(layer, input_shape):
     return spaces, reasons, residual
 
 
+def _derive_either(layer, shape, described):
+    """`derive` with the call's arguments, else with its input alone.
+
+    An extra tensor whose unknown dimensions the zeros cannot size (a
+    position table of one row per patch, read as a batch of 2) makes the
+    call fail where its default (None) would not: the input alone is tried
+    then, and the error of the call with its arguments is raised if that
+    fails too. Returns `derive`'s three values and the arguments used.
+    """
+    try:
+        return (*derive(layer, shape, described), described)
+    except Exception as error:
+        if described is None or described == call_arguments.FIRST_ONLY:
+            raise
+        first = error
+    try:
+        return (*derive(layer, shape, None), None)
+    except Exception:  # noqa: BLE001 - the first error says more
+        raise first from None
+
+
 class Derived(Coupling):
     """A layer's coupling derived from its jaxpr (`derive`), gradient-checked."""
 
     def couple(self, call, graph):
         layer = call.layer
+        index = call_arguments.first_input(call.call)
+        shape = call.input_shape(index)
         try:
-            spaces, reasons, residual = derive(layer, call.input_shape(0))
+            described = call_arguments.describe(
+                call.call.args, call.call.kwargs, call.call.inputs[index]
+            )
+            spaces, reasons, residual, described = _derive_either(
+                layer, shape, described
+            )
         except Exception as error:  # noqa: BLE001 - any failure to trace refuses
             return graph.refuse(
                 layer,
@@ -109,11 +145,13 @@ class Derived(Coupling):
                 f"{_REFUSAL} found no unit that prunes" + (f" ({why})" if why else ""),
                 call.num_outputs,
             )
-        graph.note(layer, derive_resize.INPUT_SHAPE, tuple(call.input_shape(0)))
-        source = call.inputs[0]
+        graph.note(layer, derive_resize.INPUT_SHAPE, shape)
+        graph.note(layer, derive_resize.ARGUMENTS, described)
+        source = call.inputs[index]
         graph.fix(source.ids, f"the input of '{layer.name}' ({type(layer).__name__})")
-        for units in call.inputs[1:]:
-            graph.fix(units.ids, f"read by '{layer.name}' besides its input")
+        for i, units in enumerate(call.inputs):
+            if i != index:
+                graph.fix(units.ids, f"read by '{layer.name}' besides its input")
         checked = []
         for space in spaces:
             made = graph.new_space(layer, space.name, space.size, kind=space.name[:5])
@@ -125,7 +163,7 @@ class Derived(Coupling):
                 graph.slice(layer, variable, entry.axis, ids, scored=scored)
                 sliced.append((variable, entry.axis, ids, entry.closes))
             checked.append((made, sliced))
-        hub_check.check(graph, call, checked)
+        hub_check.check(graph, call, checked, described=described, shape=shape)
         rest = TensorUnits.none(f"output of '{layer.name}' after its first")
         first = (
             source

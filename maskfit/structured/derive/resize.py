@@ -24,13 +24,13 @@ outcome is kept per signature (class, config, weight shapes, input shape,
 unit counts kept), so 22 identical blocks search once.
 """
 
-import inspect
 import itertools
 
 import keras
 import numpy as np
 
 from maskfit import internals
+from maskfit.kinds.couplings import arguments as call_arguments
 from maskfit.kinds.couplings import signature as check_signature
 
 __all__ = ["MAX_CANDIDATES", "Resized", "resized"]
@@ -38,8 +38,10 @@ __all__ = ["MAX_CANDIDATES", "Resized", "resized"]
 # Layers built and run, at most, in one search.
 MAX_CANDIDATES = 64
 
-# What `shrink` reads (`Derived.couple` writes it): the shape the layer is called at.
+# What `shrink` reads (`Derived.couple` writes them): the shape the layer is
+# called at, and its call's arguments (`arguments.describe`).
 INPUT_SHAPE = "derived input shape"
+ARGUMENTS = "derived call arguments"
 
 _BATCH, _FILL, _SEED, _RTOL = 2, 5, 0, 1e-5
 
@@ -71,6 +73,7 @@ def resized(layer, config, shrunk):
       `partial` says whether some removed units stay (at 0).
     """
     shape = shrunk.note(layer, INPUT_SHAPE)
+    described = shrunk.note(layer, ARGUMENTS)
     weights = list(layer.weights)
     targets = [shrunk.cut(v).shape for v in weights]
     if shape is None or targets == [tuple(v.shape) for v in weights]:
@@ -79,11 +82,15 @@ def resized(layer, config, shrunk):
     for space in shrunk.graph.spaces:
         if space.layer is layer:
             counts.append((space.name, space.size, int(np.sum(shrunk.kept(space.ids)))))
-    key = check_signature.signature(layer, tuple(shape), "resize", tuple(counts))
+    key = check_signature.signature(
+        layer, tuple(shape), "resize", tuple(counts), call_arguments.key(described)
+    )
     if key is not None and key in _FOUND:
         found, fields, partial = _FOUND[key]
     else:
-        found, fields, partial = _search(layer, config, shape, shrunk, targets, counts)
+        found, fields, partial = _search(
+            layer, config, (shape, described), shrunk, targets, counts
+        )
         if key is not None:
             _FOUND[key] = (found, fields, partial)
     if found is None:
@@ -91,8 +98,10 @@ def resized(layer, config, shrunk):
     return Resized(type(layer).from_config(_apply(config, found)), fields, partial)
 
 
-def _search(layer, config, shape, shrunk, targets, counts):
+def _search(layer, config, called, shrunk, targets, counts):
     """`(substitutions, fields tried, partial)`; substitutions None where none passed.
+
+    `called` is `(input shape, described arguments)`.
 
     A candidate passes where each weight axis has its old length or its cut
     one, and its outputs with the weights fitted (`shrunk.fit`) equal the
@@ -110,11 +119,14 @@ def _search(layer, config, shape, shrunk, targets, counts):
     names = tuple(_name(p) for p, _, _ in fields)
     if not fields:
         return None, names, False
+    shape, described = called
     rng = np.random.default_rng(_SEED)
     x = rng.normal(size=[_BATCH] + [_FILL if d is None else d for d in shape[1:]])
     x = x.astype("float32")
     try:
-        expected = _outputs(layer, x, [shrunk.zeroed(v) for v in layer.weights])
+        expected = _outputs(
+            layer, x, described, [shrunk.zeroed(v) for v in layer.weights]
+        )
     except Exception:  # noqa: BLE001 - a layer that cannot run alone keeps its size
         return None, names, False
     full = sum(len(t) for t in targets)
@@ -125,7 +137,7 @@ def _search(layer, config, shape, shrunk, targets, counts):
         if subs in tried or len(tried) >= MAX_CANDIDATES:
             return tried.get(subs, -1)
         tried[subs] = -1
-        new = _built(type(layer), _apply(config, subs), x)
+        new = _built(type(layer), _apply(config, subs), x, described)
         if new is None:  # a config that does not build is not it
             return -1
         made = [tuple(v.shape) for v in new.weights]
@@ -141,9 +153,8 @@ def _search(layer, config, shape, shrunk, targets, counts):
         )
         size = sum(int(np.prod(m)) for m in made)
         better = fits and size < min(passed.values(), default=sum(map(np.prod, old)))
-        if better and _same_outputs(
-            new, x, [shrunk.fit(v, m) for v, m in zip(layer.weights, made)], expected
-        ):
+        cut = [shrunk.fit(v, m) for v, m in zip(layer.weights, made)]
+        if better and _same_outputs(new, x, described, cut, expected):
             passed[subs] = size
         return tried[subs]
 
@@ -259,7 +270,7 @@ def _apply(config, subs):
     return config
 
 
-def _built(cls, config, x):
+def _built(cls, config, x, described):
     """A layer of `cls` from `config`, built at `x`'s shape, or None if that fails.
 
     Built symbolically in a `StatelessScope`: its variables have shapes and
@@ -268,27 +279,22 @@ def _built(cls, config, x):
     try:
         with internals.shapes_only():
             new = cls.from_config(config)
-            new(keras.KerasTensor(x.shape, x.dtype), **_training(new))
+            symbolic = keras.KerasTensor(x.shape, x.dtype)
+            call_arguments.call(new, described, symbolic, keras.KerasTensor)
         return new
     except Exception:  # noqa: BLE001 - whatever fails, this config is not it
         return None
 
 
-def _training(layer):
-    if "training" in inspect.signature(layer.call).parameters:
-        return {"training": False}
-    return {}
-
-
-def _outputs(layer, x, values):
-    """`layer(x)` with its weights set to `values` (the layer's own stay untouched).
+def _outputs(layer, x, described, values):
+    """`layer(x, ...)` with its weights set to `values` (the layer's own stay untouched).
 
     Under JAX, jitted: one compilation instead of one per operation.
     """
 
     def run(arrays, x):
         with keras.StatelessScope(state_mapping=list(zip(layer.weights, arrays))):
-            return keras.tree.flatten(layer(x, **_training(layer)))
+            return keras.tree.flatten(call_arguments.call(layer, described, x))
 
     if keras.backend.backend() == "jax":
         import jax
@@ -302,9 +308,9 @@ def _outputs(layer, x, values):
     return [np.asarray(keras.ops.convert_to_numpy(y), np.float64) for y in found]
 
 
-def _same_outputs(new, x, cut, expected):
+def _same_outputs(new, x, described, cut, expected):
     try:
-        outputs = _outputs(new, x, cut)
+        outputs = _outputs(new, x, described, cut)
     except Exception:  # noqa: BLE001
         return False
     if len(outputs) != len(expected):

@@ -2,15 +2,18 @@
 
 The layer runs under `keras.StatelessScope` with its weights passed in as
 arguments, so every weight is an input variable of the jaxpr and each of
-its uses is an equation. Only under `KERAS_BACKEND=jax`: the jaxpr is the
-graph that `propagate` reads.
+its uses is an equation. It is called as the model calls it
+(`arguments.describe`): the first input is the jaxpr's first variable, its
+other tensor arguments (masks, biases) constants, neither input nor weight.
+Only under `KERAS_BACKEND=jax`: the jaxpr is the graph that `propagate` reads.
 """
 
-import inspect
 from typing import NamedTuple
 
 import keras
 import numpy as np
+
+from maskfit.kinds.couplings import arguments as call_arguments
 
 __all__ = ["Traced", "trace"]
 
@@ -33,26 +36,24 @@ def concrete(shape):
     )
 
 
-def trace(layer, input_shape):
-    """Traces `layer(x)` for `x` of `input_shape` (float32) to a jaxpr.
+def trace(layer, input_shape, described=None):
+    """Traces `layer(x, ...)` for `x` of `input_shape` (float32) to a jaxpr.
 
     Args:
       layer: a built layer.
       input_shape: its first input's shape (None where unknown).
+      described: the call's arguments (`arguments.describe`); None: `x` alone.
 
     Returns:
       A `Traced`.
     """
     import jax  # noqa: PLC0415 - only under the JAX backend
 
-    kwargs = {}
-    if "training" in inspect.signature(layer.call).parameters:
-        kwargs["training"] = False
     variables = list(layer.weights)
 
     def run(x, *values):
         with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-            return keras.tree.flatten(layer(x, **kwargs))[:1]
+            return keras.tree.flatten(call_arguments.call(layer, described, x))[:1]
 
     x = np.zeros(concrete(input_shape), "float32")
     values = [v.value for v in variables]

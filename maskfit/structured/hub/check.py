@@ -21,11 +21,10 @@ checked once per graph build and the others read the verdict back, told
 with their own variables' paths.
 """
 
-import inspect
-
 import keras
 import numpy as np
 
+from maskfit.kinds.couplings import arguments as call_arguments
 from maskfit.kinds.couplings import signature as check_signature
 from maskfit.units import backprop
 
@@ -42,7 +41,7 @@ def _inputs(shape, rng):
     return rng.normal(size=shape).astype("float32")
 
 
-def _gradients(layer, x, arrays, zeroed, seed):
+def _gradients(layer, x, arrays, zeroed, seed, described=None):
     """Gradients of a random projection of `layer(x)` with respect to its weights.
 
     `arrays` are the weights' values in their dtypes; `zeroed` lists
@@ -59,13 +58,10 @@ def _gradients(layer, x, arrays, zeroed, seed):
                 index[axis] = positions
                 value[tuple(index)] = 0
                 arrays[i] = value
-    kwargs = {}
-    if "training" in inspect.signature(layer.call).parameters:
-        kwargs["training"] = False
 
     def run(*mapped):
         with keras.StatelessScope(state_mapping=list(zip(layer.weights, mapped))):
-            return keras.tree.flatten(layer(x, **kwargs))[0]
+            return keras.tree.flatten(call_arguments.call(layer, described, x))[0]
 
     gradients = backprop.projected_gradients(run, arrays, np.random.default_rng(seed))
     return {id(v): g for v, g in zip(layer.weights, gradients)}
@@ -82,14 +78,14 @@ def _reached(before):
     return scale, {key: np.abs(g) > 1e-5 * scale for key, g in before.items()}
 
 
-def _problem(layer, x, arrays, space, sliced, node, before, seed):
+def _problem(layer, x, arrays, space, sliced, node, before, seed, described=None):
     """Why unit `node` fails, as `(kind, unit, weight index)`, or None.
 
     `before` is `_reached` of the gradients with no unit zeroed.
     """
     index_of = {id(v): i for i, v in enumerate(layer.weights)}
     zeroed = [(v, axis, np.flatnonzero(ids == node)) for v, axis, ids, _ in sliced]
-    after = _gradients(layer, x, arrays, zeroed, seed)
+    after = _gradients(layer, x, arrays, zeroed, seed, described)
     # Relative to the largest gradient: below 1e-6 is float rounding (a key
     # bias's, which softmax cancels); a path cut by a zero weight gives
     # exactly 0 (a live gradient may pass near 0 by chance, not hit it).
@@ -112,7 +108,7 @@ def _problem(layer, x, arrays, space, sliced, node, before, seed):
     return None
 
 
-def _verdicts(layer, shape, spaces, seed):
+def _verdicts(layer, shape, spaces, seed, described=None):
     """One verdict per space: None (it passes) or why it fails, as a tuple."""
     rng = np.random.default_rng(seed)
     try:
@@ -131,7 +127,7 @@ def _verdicts(layer, shape, spaces, seed):
     except Exception as error:  # noqa: BLE001 - whatever stops the check keeps the units
         return (("unchecked", str(error)),) * len(spaces)
     try:
-        before = _reached(_gradients(layer, x, arrays, [], seed))
+        before = _reached(_gradients(layer, x, arrays, [], seed, described))
     except Exception as error:  # noqa: BLE001
         return (("unchecked", str(error)),) * len(spaces)
     verdicts = []
@@ -139,7 +135,9 @@ def _verdicts(layer, shape, spaces, seed):
         verdict = None
         for node in sorted({int(space.ids[0]), int(space.ids[-1])}):
             try:
-                verdict = _problem(layer, x, arrays, space, sliced, node, before, seed)
+                verdict = _problem(
+                    layer, x, arrays, space, sliced, node, before, seed, described
+                )
             except Exception as error:  # noqa: BLE001
                 verdict = ("failed", str(error))
             if verdict:
@@ -182,7 +180,7 @@ def _claims(layer, spaces):
     return tuple(claims)
 
 
-def check(graph, call, spaces, seed=0):
+def check(graph, call, spaces, seed=0, described=None, shape=None):
     """Fixes the units of each space in `spaces` whose entries fail the check.
 
     Blocks of one signature are checked once per graph build (`graph.memo`).
@@ -195,16 +193,28 @@ def check(graph, call, spaces, seed=0):
         projection's, which cut the unit off (their own gradient is the
         unit's output: with one key/value head shared, a zeroed query head
         still attends, uniformly).
+      described: the call's arguments (`arguments.describe`): the block is
+        run with its other tensors as zeros; None: its first input alone.
+      shape: the shape of the input the units cross (None: the first's).
     """
     layer = call.layer
-    shape = call.input_shape(0)
+    shape = call.input_shape(0) if shape is None else shape
     claims = _claims(layer, spaces)
     key = None
     if claims is not None:
-        key = check_signature.signature(layer, shape, "keras_hub block", seed, claims)
+        key = check_signature.signature(
+            layer,
+            shape,
+            "keras_hub block",
+            seed,
+            claims,
+            call_arguments.key(described),
+        )
     memo = getattr(graph, "memo", None)
     memo = check_signature.Memo() if memo is None else memo
-    verdicts = memo.outcome(key, lambda: _verdicts(layer, shape, spaces, seed))
+    verdicts = memo.outcome(
+        key, lambda: _verdicts(layer, shape, spaces, seed, described)
+    )
     for (space, _), verdict in zip(spaces, verdicts):
         if verdict:
             graph.fix(space.ids, _reason(verdict, layer, space))
