@@ -5,9 +5,11 @@ outputs equal the masked model's (rtol 1e-5 of the output's scale) or
 refuse with one ValueError naming the layer and the operation
 (`SHRINK_REFUSED`); never another error. `uniform=True` gives the keras_hub
 class with the same outputs, or a ValueError. `size_report`'s parameters
-equal `count_params()` before and after, and every call's MACs are traced
-(no notes). docs/structured_pruning.md has the table this test checks.
+equal `count_params()` before and after, every call's MACs are traced
+(no notes), and they hold layer by layer (`_sizes_hold`). docs/structured_pruning.md has the table this test checks.
 """
+
+import math
 
 import pytest
 
@@ -109,12 +111,39 @@ UNIFORM = [
 ]
 
 
+def _kernel_entries(layer):
+    """Entries of the kernels `layer` holds (each multiplies at least once a call)."""
+    return sum(
+        math.prod(v.shape)
+        for v in layer.weights
+        if "kernel" in v.path.split("/")[-1] and len(v.shape) >= 2
+    )
+
+
 def _sizes_hold(name, model, small):
+    """`size_report`'s totals are `count_params()`'s, and its MACs hold layer by layer.
+
+    Every call traced (no note), at the shapes the model makes; every layer
+    that holds a kernel counts at least one MAC per kernel entry (one token
+    or pixel); no layer's MACs grow, and a layer that lost parameters with
+    MACs lost MACs too.
+    """
     report = pruning.size_report(model, small)
     assert report.params_before == model.count_params()
     assert report.params_after == small.count_params()
     assert report.macs_before > 0
-    assert report.notes == ()  # test_size_report_zoo.py checks it layer by layer
+    assert report.notes == ()
+    assert report.macs_after <= report.macs_before
+    layers = {
+        layer.name: layer
+        for layer in model._flatten_layers(include_self=False, recursive=True)
+    }
+    for row in report.rows:
+        kernels = _kernel_entries(layers[row.name.split("/")[-1]])
+        assert row.macs_before >= kernels, (row, kernels)
+        assert row.macs_after <= row.macs_before, row
+        if row.params_after < row.params_before and row.macs_before:
+            assert row.macs_after < row.macs_before, row
 
 
 @pytest.mark.parametrize("name", hub_zoo.available())
