@@ -63,6 +63,23 @@ def batches_of(calibration):
     return [keras.utils.unpack_x_y_sample_weight(data)[0] for data in calibration]
 
 
+def _follows(x, last):
+    """Whether a block's first argument `x` is `last`, the output of the block before."""
+    if last is None:
+        return False
+    return x is last or np.array_equal(
+        keras.ops.convert_to_numpy(x), keras.ops.convert_to_numpy(last)
+    )
+
+
+def _run(model, x):
+    """`model(x)` in inference mode, until a watched block ends the pass."""
+    try:
+        model(x, training=False)
+    except _Stop:
+        pass
+
+
 def _wrap(block, record):
     original = block.call
 
@@ -101,12 +118,8 @@ def chained(model, found, batches, first=None):
                 chain[0] = False
             elif index == 0:
                 firsts.append(args[0])
-            elif last[0] is None or args[0] is not last[0]:
-                if last[0] is None or not np.array_equal(
-                    keras.ops.convert_to_numpy(args[0]),
-                    keras.ops.convert_to_numpy(last[0]),
-                ):
-                    chain[0] = False
+            elif not _follows(args[0], last[0]):
+                chain[0] = False
             rests[index].append((args[1:], kwargs))
             if index == final and index > 0:
                 raise _Stop("the last block's arguments recorded")
@@ -122,10 +135,7 @@ def chained(model, found, batches, first=None):
     try:
         for x in batches:
             last[0] = None
-            try:
-                model(x, training=False)
-            except _Stop:
-                pass
+            _run(model, x)
     finally:
         for step in reversed(undo):
             step()
@@ -168,12 +178,8 @@ def in_one_pass(model, found, x, visit):
             seen.add(index)
             if not args:
                 chain[0] = False
-            elif index and (last[0] is None or args[0] is not last[0]):
-                if last[0] is None or not np.array_equal(
-                    keras.ops.convert_to_numpy(args[0]),
-                    keras.ops.convert_to_numpy(last[0]),
-                ):
-                    chain[0] = False
+            elif index and not _follows(args[0], last[0]):
+                chain[0] = False
             visiting[0] = True
             try:
                 visit(found[index], args, kwargs)
@@ -189,9 +195,7 @@ def in_one_pass(model, found, x, visit):
 
     undo = [_wrap(block, recorder(i)) for i, block in enumerate(found)]
     try:
-        model(x, training=False)
-    except _Stop:
-        pass
+        _run(model, x)
     finally:
         for step in reversed(undo):
             step()
@@ -218,10 +222,7 @@ def block_inputs(model, block, batches):
     try:
         for x in batches:
             count = len(seen)
-            try:
-                model(x, training=False)
-            except _Stop:
-                pass
+            _run(model, x)
             if len(seen) == count:
                 raise ValueError(
                     f"prune_oneshot: block '{block.name}' was not called when"

@@ -22,9 +22,9 @@ from tests.helpers import hub_cases
 SHAPE = (None, blocks.SEQUENCE, blocks.HIDDEN)
 
 
-def _spaces(block):
+def _spaces(block, described=None, shape=SHAPE):
     """`{space name: {weight path after the block: (axis, ids, closes)}}`."""
-    spaces, _, residual = derive_coupling.derive(block, SHAPE)
+    spaces, _, residual = derive_coupling.derive(block, shape, described)
     assert residual
     return {
         s.name: {

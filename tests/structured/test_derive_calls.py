@@ -17,6 +17,7 @@ import maskfit.pruning as pruning
 from maskfit.kinds.couplings import arguments
 from maskfit.structured.derive import coupling as derive_coupling
 from tests.helpers import derived_calls as calls
+from tests.structured import test_derive
 
 SHAPE = (None, calls.SEQUENCE, calls.HIDDEN)
 _UNITS = list(range(6))
@@ -37,19 +38,7 @@ _HEADS = {
 
 def _spaces(block, described=None):
     """`{space name: {weight path after the block: (axis, ids, closes)}}`."""
-    spaces, _, residual = derive_coupling.derive(block, SHAPE, described)
-    assert residual
-    return {
-        s.name: {
-            block.weights[e.weight].path.split("/", 1)[1]: (
-                e.axis,
-                e.ids.tolist(),
-                e.closes,
-            )
-            for e in s.entries
-        }
-        for s in spaces
-    }
+    return test_derive._spaces(block, described, SHAPE)
 
 
 def _call_of(model, block):
