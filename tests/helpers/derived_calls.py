@@ -18,6 +18,9 @@ cannot follow:
   positional argument) and an additive attention bias (keyword), both
   required (keras_hub's DeBERTa `rel_embeddings`, T5's position bias).
 
+- `AutoNamedFFN`: sublayers named by Keras (`dense_3`...), numbered per
+  process, so the worker numbers them otherwise (keras_hub's ViTDet blocks).
+
 `build(cls)` puts one in a small model, as `derived_blocks.build` does.
 """
 
@@ -102,3 +105,17 @@ def build(cls, **kwargs):
         inputs, y = x, block(x)
     model = keras.Model(inputs, keras.layers.Dense(2, name="head")(y))
     return model, block
+
+
+class AutoNamedFFN(blocks.GatedFFN):
+    """A `GatedFFN` whose sublayers take the names Keras makes up."""
+
+    def build(self, shape):
+        self.norm = keras.layers.LayerNormalization()
+        self.norm.build(shape)
+        self.up = keras.layers.Dense(self.units)
+        self.up.build(shape)
+        self.gate = keras.layers.Dense(self.units, use_bias=False)
+        self.gate.build(shape)
+        self.down = keras.layers.Dense(shape[-1])
+        self.down.build(tuple(shape[:-1]) + (self.units,))

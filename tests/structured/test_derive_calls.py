@@ -61,6 +61,15 @@ def test_a_config_key_init_refuses_is_dropped_in_the_worker():
 
 
 @pytest.mark.backends("tensorflow")
+def test_sublayers_keras_named_match_in_the_worker_whatever_their_number():
+    for _ in range(3):
+        keras.layers.Dense(1)  # the next made-up Dense names: dense_3 on
+    _, block = calls.build(calls.AutoNamedFFN)
+    spaces, _, _ = derive_coupling.derive(block, SHAPE)
+    assert [(s.name, s.size) for s in spaces] == [("units", 6)]
+
+
+@pytest.mark.backends("tensorflow")
 def test_weights_made_in_call_are_made_in_the_worker():
     _, block = calls.build(calls.LazyFFN)
     assert _spaces(block) == {"units": _FFN}

@@ -109,7 +109,7 @@ def derive_here(payload, derive):
         # shapes of all its inputs): one call on zeros makes them, as the
         # model's first call did.
         arguments.call(layer, described, np.zeros(trace.concrete(shape), "float32"))
-    found = [[v.path.split("/", 1)[-1], list(v.shape)] for v in layer.weights]
+    found = _weights(layer)
     if found != payload["weights"]:
         raise ValueError(
             f"its config rebuilds other weights: {found} instead of {payload['weights']}"
@@ -160,7 +160,7 @@ def _payload(layer, input_shape, described):
         "shape": list(input_shape),
         "arguments": described or arguments.FIRST_ONLY,
         "stored": _stored(layer),
-        "weights": [[v.path.split("/", 1)[-1], list(v.shape)] for v in layer.weights],
+        "weights": _weights(layer),
     }
 
 
@@ -247,6 +247,22 @@ def derive_in_worker(layer, input_shape, described=None):
     ]
     reasons = {int(k): v for k, v in found["reasons"].items()}
     return spaces, reasons, bool(found["residual"])
+
+
+def _weights(layer):
+    """`[[path after the layer's name, shape]]` of `layer`'s weights.
+
+    Keras numbers the names it makes up per process (`dense`, `dense_1`...),
+    so a sublayer's name gets another number in the worker than here: each
+    part of the path is compared without its `_N` suffix.
+    """
+    return [
+        [
+            "/".join(re.sub(r"_\d+$", "", part) for part in v.path.split("/")[1:]),
+            list(v.shape),
+        ]
+        for v in layer.weights
+    ]
 
 
 def _plain(value):
