@@ -22,6 +22,8 @@ def _check_size(result):
     assert all(v > 0 for v in result["step_seconds"].values())
 
 
+# About a minute of CPU: in the slow tests, which CI runs too.
+@pytest.mark.slow
 def test_one_size_measures_every_phase_and_the_pass_alone():
     size = lib.size_config("tiny", 4)
     _check_size(measure.measure(size))

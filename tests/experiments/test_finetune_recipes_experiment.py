@@ -29,6 +29,8 @@ TINY = lib.Config(
 )
 
 
+# About a minute of CPU: in the slow tests, which CI runs too.
+@pytest.mark.slow
 def test_tiny_run_writes_config_metrics_table_and_figure(tmp_path):
     metrics = lib.run(TINY, str(tmp_path))
 

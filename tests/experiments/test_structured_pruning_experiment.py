@@ -29,6 +29,8 @@ _TINY = lib.Config(
 )
 
 
+# About a minute of CPU: in the slow tests, which CI runs too.
+@pytest.mark.slow
 def test_runs_tiny_end_to_end_and_shrinks_to_the_width_rule(tmp_path):
     metrics = lib.run(_TINY, str(tmp_path))
     for name in ("config.json", "metrics.json", "structured_pruning.md"):
