@@ -19,6 +19,7 @@ from tests.helpers import hub_cases, hub_zoo
 keras_hub = pytest.importorskip("keras_hub", reason="needs the hub extra")
 
 pytestmark = [
+    pytest.mark.backends("tensorflow", "jax"),
     pytest.mark.slow,
     pytest.mark.skipif(
         tuple(int(p) for p in keras_hub.__version__.split(".")[:2]) < (0, 32),
