@@ -27,7 +27,16 @@ import inspect
 import keras
 import numpy as np
 
-__all__ = ["FIRST_ONLY", "call", "describe", "fill", "first_input", "key", "zeros"]
+__all__ = [
+    "FIRST_ONLY",
+    "call",
+    "concrete",
+    "describe",
+    "fill",
+    "first_input",
+    "key",
+    "zeros",
+]
 
 _INPUT, _TENSOR = "__maskfit_input__", "__maskfit_tensor__"
 _BATCH, _FILL = 2, 5
@@ -106,7 +115,12 @@ def zeros(shape, dtype):
     return np.zeros(shape, dtype)
 
 
-def _concrete(shape):
+def concrete(shape):
+    """`shape` with the batch at 2 and every other unknown dimension at 5.
+
+    The shape every probe of a layer's computation runs at (the checks, the
+    trace, the config search).
+    """
     return tuple(
         _BATCH if i == 0 else (_FILL if d is None else d) for i, d in enumerate(shape)
     )
@@ -127,7 +141,7 @@ def fill(described, x, make=zeros):
             return x
         if isinstance(value, dict) and _TENSOR in value:
             shape, dtype = value[_TENSOR]
-            return make(_concrete(shape), dtype)
+            return make(concrete(shape), dtype)
         if isinstance(value, list):
             return [real(v) for v in value]
         if isinstance(value, dict):

@@ -17,8 +17,6 @@ from maskfit.kinds.couplings import arguments as call_arguments
 
 __all__ = ["Traced", "trace"]
 
-_FILL = 5  # the size of every unknown dimension but the batch
-
 
 class Traced(NamedTuple):
     """A jaxpr and which of its variables are the weights, the input and the output."""
@@ -27,13 +25,6 @@ class Traced(NamedTuple):
     weights: list
     inputs: list
     outputs: list
-
-
-def concrete(shape):
-    """`shape` with the batch at 2 and every other unknown dimension at 5."""
-    return tuple(
-        2 if i == 0 else (_FILL if d is None else d) for i, d in enumerate(shape)
-    )
 
 
 def trace(layer, input_shape, described=None):
@@ -55,7 +46,7 @@ def trace(layer, input_shape, described=None):
         with keras.StatelessScope(state_mapping=list(zip(variables, values))):
             return keras.tree.flatten(call_arguments.call(layer, described, x))[:1]
 
-    x = np.zeros(concrete(input_shape), "float32")
+    x = np.zeros(call_arguments.concrete(input_shape), "float32")
     values = [v.value for v in variables]
     jaxpr = jax.make_jaxpr(run)(x, *values).jaxpr
     return Traced(jaxpr, jaxpr.invars[1:], jaxpr.invars[:1], jaxpr.outvars[:1])

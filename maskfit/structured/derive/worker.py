@@ -38,7 +38,6 @@ import numpy as np
 
 from maskfit.kinds.couplings import arguments
 from maskfit.structured.derive import spaces as derive_spaces
-from maskfit.structured.derive import trace
 from maskfit.structured.hub import shrink as hub_shrink
 
 __all__ = ["derive_in_worker"]
@@ -101,14 +100,14 @@ def derive_here(payload, derive):
     try:
         # At a concrete shape: a weight sized by an unknown dimension cannot
         # be made (the weight check below refuses one that differs).
-        layer.build(shape[:1] + trace.concrete(shape)[1:])
+        layer.build(shape[:1] + arguments.concrete(shape)[1:])
     except Exception:  # noqa: BLE001 - a build of other shapes: the call builds it
         pass
     if not layer.built or len(layer.weights) < len(payload["weights"]):
         # Weights made in `call`, not `build` (or a `build` that takes the
         # shapes of all its inputs): one call on zeros makes them, as the
         # model's first call did.
-        arguments.call(layer, described, np.zeros(trace.concrete(shape), "float32"))
+        arguments.call(layer, described, np.zeros(arguments.concrete(shape), "float32"))
     found = _weights(layer)
     if found != payload["weights"]:
         raise ValueError(
