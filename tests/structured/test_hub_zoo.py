@@ -56,7 +56,7 @@ SHRUNK = {
     "QwenBackbone": 5552,
     "RobertaBackbone": 4464,
     "XLMRobertaBackbone": 4464,
-    "BartBackbone": 13552,
+    "BartBackbone": 10368,
     "MoonshineBackbone": 22484,
     "ViTBackbone": 6592,
     "ResNetBackbone": 44896,
