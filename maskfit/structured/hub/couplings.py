@@ -216,11 +216,11 @@ class HubBlock(Coupling):
                 call.num_outputs,
             )
         # The block is checked as the model calls it: with its other tensors
-        # (an encoder sequence for cross-attention, masks) as zeros.
+        # (an encoder sequence for cross-attention) as zeros, and without its
+        # masks (an integer mask of zeros would mask every position).
+        kwargs = {k: None if "mask" in k else v for k, v in call.call.kwargs.items()}
         called = (
-            call_arguments.describe(
-                call.call.args, call.call.kwargs, call.call.inputs[index]
-            ),
+            call_arguments.describe(call.call.args, kwargs, call.call.inputs[index]),
             call.input_shape(index),
         )
         for prefix, path in blocks:
