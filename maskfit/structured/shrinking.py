@@ -187,12 +187,12 @@ def _new_layer(layer, shrunk):
         if isinstance(coupling, derive_coupling.Derived):
             found = derive_resize.resized(layer, _unbuilt(config), shrunk)
             if found.partial:
-                _warn_same_size(layer, shrunk, found.fields, partial=True)
+                _warn_same_size(layer, shrunk, found, partial=True)
             if found.layer is not None:
                 return found.layer
             # Its units are its own (its input and output stay): the same
             # config, its removed units' entries 0 (`_copy_weights`).
-            _warn_same_size(layer, shrunk, found.fields)
+            _warn_same_size(layer, shrunk, found)
             return type(layer).from_config(_unbuilt(config))
         config = _unbuilt(coupling.shrink_config(layer, config, shrunk))
         return type(layer).from_config(config)
@@ -293,21 +293,24 @@ def _rebuild(model, new_inputs, shrunk, pairs, made):
     )
 
 
-def _warn_same_size(layer, shrunk, fields, partial=False):
+def _warn_same_size(layer, shrunk, found, partial=False):
+    """Warns that `layer` keeps removed units (`found`: `resize.Resized`), naming them."""
     if all(
         np.all(shrunk.zeroed(v) == keras.ops.convert_to_numpy(v)) for v in layer.weights
     ):
         return
+    fields = found.fields
     tried = (
         f"no config field that was tried ({', '.join(fields)}) gave"
         if fields
         else "no integer field of its config holds a count of"
     )
     what = "keeps part of its size" if partial else "keeps its size"
+    why = f" In it, {found.why}." if found.why else ""
     warnings.warn(
         f"shrink: layer '{layer.name}' ({type(layer).__name__}) {what}: its"
         " units come from a coupling derived from its computation, and"
-        f" {tried} weights of the cut shapes and the masked layer's outputs."
+        f" {tried} weights of the cut shapes and the masked layer's outputs.{why}"
         " Its removed units' entries that stay are 0, so the outputs equal the"
         " masked model's. To shrink it, declare its coupling"
         " (maskfit.pruning.register_coupling) with a shrink_config.",

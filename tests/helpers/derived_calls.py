@@ -18,6 +18,11 @@ cannot follow:
   positional argument) and an additive attention bias (keyword), both
   required (keras_hub's DeBERTa `rel_embeddings`, T5's position bias).
 
+- `RotaryFFN`: a table of one row per position, whose symbolic shape in the
+  model is wrong (1-D), so its zeros cannot stand for it and no call is
+  traced (keras_hub's Moonshine rotary embedding: its `reshape` to
+  `[None, -1]` gives a 1-D symbolic tensor for a 2-D table).
+
 - `AutoNamedFFN`: sublayers named by Keras (`dense_3`...), numbered per
   process, so the worker numbers them otherwise (keras_hub's ViTDet blocks).
 
@@ -86,6 +91,14 @@ class BiasedAttention(blocks.GroupedAttention):
 
     def call(self, x, keep, bias):
         return x + self.attend(self.norm(x), keep, bias)
+
+
+class RotaryFFN(blocks.GatedFFN):
+    def call(self, x, table):
+        return super().call(x * table[None, -SEQUENCE:, :1])
+
+    def compute_output_shape(self, x_shape, table_shape):
+        return x_shape
 
 
 def build(cls, **kwargs):

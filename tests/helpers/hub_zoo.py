@@ -2,7 +2,13 @@
 
 `CONFIGS` holds, by keras_hub class name, the arguments of a tiny instance
 (2 layers per stack, width 16) and its kind: text, vision, audio,
-encoder-decoder, multimodal. `build(name)` makes it with dropout off and
+encoder-decoder, multimodal. The tiny configs keep the presets' proportions,
+so that a percentage pruned means what it would on a real model: the FFN is
+4x the width (BERT, ViT, CLIP, Whisper, OPT, Bloom, DeBERTa, ESM, DINOv2,
+DeiT presets: intermediate = 4 x hidden), and every size keras_hub would
+otherwise take from a full-size default (DINOv2's position table, ViTDet's
+neck channels, Qwen3.5's linear-attention heads, PaliGemma's ViT FFN) is
+given a tiny value too. `build(name)` makes it with dropout off and
 returns it with a batch of inputs made from its own input specs. `LEFT_OUT`
 names the backbones not built here and why (made of other models, such as a
 detector around an image encoder); `REFUSED` those built here that
@@ -15,15 +21,18 @@ import inspect
 import keras
 import numpy as np
 
-_WIDTH = dict(hidden_dim=16, intermediate_dim=32)
+_WIDTH = dict(hidden_dim=16, intermediate_dim=64)
 _TEXT = dict(vocabulary_size=50, num_layers=2, **_WIDTH)
 _GQA = dict(_TEXT, num_query_heads=2, num_key_value_heads=1)
 _SEQ = dict(_TEXT, num_heads=2, max_sequence_length=16)
 _IMAGE = (16, 16, 3)
+# Qwen3.5's linear-attention heads (keras_hub's defaults: 16 and 32 heads of 128).
+_LINEAR = dict(linear_num_key_heads=2, linear_num_value_heads=2)
+_LINEAR |= dict(linear_key_head_dim=8, linear_value_head_dim=8)
 
 
 def _t5gemma():
-    half = dict(hidden_dim=16, intermediate_dim=32, num_layers=2)
+    half = dict(_WIDTH, num_layers=2)
     half |= dict(num_attention_heads=2, num_key_value_heads=1, head_dim=8)
     half |= dict(layer_types=["full_attention"] * 2)
     found = dict(vocabulary_size=50)
@@ -81,7 +90,7 @@ CONFIGS = {
         "text",
         dict(_GQA, moe_intermediate_dim=8, num_experts=4, top_k=2),
     ),
-    "Qwen3_5Backbone": ("text", dict(_GQA, head_dim=8)),
+    "Qwen3_5Backbone": ("text", dict(_GQA, head_dim=8, **_LINEAR)),
     "QwenBackbone": ("text", _GQA),
     "QwenMoeBackbone": (
         "text",
@@ -93,7 +102,7 @@ CONFIGS = {
     "RWKV7Backbone": (
         "text",
         dict(hidden_size=16, head_size=8, num_layers=2, vocabulary_size=50)
-        | dict(intermediate_dim=32),
+        | dict(intermediate_dim=64),
     ),
     "SmolLM3Backbone": (
         "text",
@@ -129,7 +138,8 @@ CONFIGS = {
     ),
     "DINOV2Backbone": (
         "vision",
-        dict(patch_size=8, num_layers=2, num_heads=2, image_shape=_IMAGE, **_WIDTH),
+        dict(patch_size=8, num_layers=2, num_heads=2, image_shape=_IMAGE, **_WIDTH)
+        | dict(position_embedding_shape=_IMAGE),
     ),
     "DINOV3Backbone": (
         "vision",
@@ -143,12 +153,13 @@ CONFIGS = {
     "ViTBackbone": (
         "vision",
         dict(image_shape=_IMAGE, patch_size=8, num_layers=2, num_heads=2)
-        | dict(hidden_dim=16, mlp_dim=32),
+        | dict(hidden_dim=16, mlp_dim=64),
     ),
     "ViTDetBackbone": (
         "vision",
-        dict(hidden_size=16, num_layers=2, intermediate_dim=32, num_heads=2)
+        dict(hidden_size=16, num_layers=2, intermediate_dim=64, num_heads=2)
         | dict(global_attention_layer_indices=[1], image_shape=(32, 32, 3))
+        | dict(num_output_channels=16)
         | dict(patch_size=8, window_size=2),
     ),
     "ResNetBackbone": (
@@ -169,19 +180,18 @@ CONFIGS = {
         dict(vocabulary_size=50, num_layers=2, num_query_heads=2, head_dim=8)
         | dict(num_key_value_heads=1, hidden_dim=16, moe_intermediate_dim=8)
         | dict(shared_expert_intermediate_size=8, num_experts=4, top_k=2)
-        | dict(linear_num_key_heads=2, linear_num_value_heads=2)
-        | dict(linear_key_head_dim=8, linear_value_head_dim=8),
+        | _LINEAR,
     ),
     "VideoPrismBackbone": (
         "vision",
-        dict(num_frames=2, patch_size=8, hidden_dim=16, intermediate_dim=32)
+        dict(num_frames=2, patch_size=8, hidden_dim=16, intermediate_dim=64)
         | dict(num_heads=2, num_spatial_layers=2, num_temporal_layers=2)
         | dict(num_auxiliary_layers=0, image_shape=_IMAGE),
     ),
     "PaliGemmaBackbone": (
         "multimodal",
         dict(_GQA, head_dim=8, image_size=16, vit_patch_size=8, vit_num_heads=2)
-        | dict(vit_hidden_dim=16, vit_num_layers=2),
+        | dict(vit_hidden_dim=16, vit_intermediate_dim=64, vit_num_layers=2),
     ),
     "CLIPBackbone": (
         "multimodal",
@@ -238,7 +248,7 @@ REFUSED = {
         "text",
         dict(text_vocab_size=50, text_hidden_size=16, num_hidden_layers=2)
         | dict(pad_token_id=0, num_attention_heads=2, num_key_value_heads=1)
-        | dict(head_dim=8, intermediate_size=[32, 32], sliding_window=8)
+        | dict(head_dim=8, intermediate_size=[64, 64], sliding_window=8)
         | dict(hidden_activation="gelu_approximate", rope_theta=10000.0)
         | dict(layer_types=["full_attention"] * 2, max_position_embeddings=32)
         | dict(vocab_size_per_layer_input=50, hidden_size_per_layer_input=4)

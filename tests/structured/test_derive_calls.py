@@ -151,3 +151,16 @@ def test_a_call_its_zeros_cannot_size_is_derived_from_its_input_alone():
     assert [(s.name, s.size) for s in graph.spaces if s.layer is block] == [
         ("units", 6)
     ]
+
+
+def test_a_call_no_zeros_can_stand_for_is_refused_naming_its_tensors():
+    x = keras.Input((calls.SEQUENCE, calls.HIDDEN))
+    table = keras.Input(batch_shape=(None,))  # the model says 1-D; the block reads 2-D
+    block = calls.RotaryFFN(name="block")
+    model = keras.Model([x, table], block(x, table))
+    text = pruning.DependencyGraph(model).explain("block")
+    assert "deriving one from its computation failed" in text, text
+    assert (
+        "(it was run with its other tensors as zeros, at the shapes the model's"
+        " symbolic graph gives them: table (None,), each unknown dimension 5"
+    ) in text, text

@@ -61,6 +61,38 @@ class RatioMLP(GatedMLP):
         return {**config, "expansion": self.expansion}
 
 
+class SplitHeadsAttention(keras.layers.Layer):
+    """Attention whose head size is computed: `width // heads` (keras_hub's CLIP,
+    Whisper, OPT...), so no config field says "fewer heads of the same size"."""
+
+    def __init__(self, width=WIDTH, heads=2, **kwargs):
+        super().__init__(**kwargs)
+        self.width, self.heads = width, heads
+
+    def get_config(self):
+        return {**super().get_config(), "width": self.width, "heads": self.heads}
+
+    def build(self, shape):
+        size = self.width // self.heads
+        self.projections = [
+            keras.layers.EinsumDense(
+                "btd,dnh->btnh", (None, self.heads, size), name=name
+            )
+            for name in ("query", "key", "value")
+        ]
+        self.output_dense = keras.layers.EinsumDense(
+            "btnh,nhd->btd", (None, self.width), name="attention_output"
+        )
+        for dense in self.projections:
+            dense.build(shape)
+        self.output_dense.build(tuple(shape[:2]) + (self.heads, size))
+
+    def call(self, x):
+        q, k, v = (dense(x) for dense in self.projections)
+        scores = ops.softmax(ops.einsum("bqnh,bknh->bnqk", q, k), axis=-1)
+        return x + self.output_dense(ops.einsum("bnqk,bknh->bqnh", scores, v))
+
+
 def _model(*blocks):
     keras.utils.set_random_seed(0)
     inputs = keras.Input((SEQUENCE, WIDTH))
@@ -130,6 +162,30 @@ def test_a_width_no_config_field_holds_keeps_its_size_and_says_what_was_tried():
     x = _inputs()
     np.testing.assert_allclose(
         hub_cases.outputs(small, x), hub_cases.masked_outputs(selection, x), atol=1e-6
+    )
+
+
+# About 3 s once the file's first test has started the JAX worker.
+def test_heads_of_a_computed_size_stay_and_the_warning_says_which_and_why():
+    # head size = width // heads: heads=1 gives heads of 8, not one head of 4.
+    model = _model(SplitHeadsAttention(name="attention"))
+    selection, small, said = _shrunk(model)
+    assert [len(ids) for ids in selection.removed()["attention"].values()] == [1]
+    assert len(said) == 1, said
+    assert "layer 'attention' (SplitHeadsAttention) keeps its size" in said[0]
+    assert (
+        "its heads (1 of 2 removed) stay: the cut needs weight 'query/kernel' of"
+        f" shape ({WIDTH}, 1, 4) (axis 1: 2 -> 1), and no config field that was"
+        f" tried gives it: heads=1 gave ({WIDTH}, 1, {WIDTH})"
+    ) in said[0]
+    assert (
+        f"(heads=1 cuts axis 1 but makes axis 2 {WIDTH} long, not 4: that length"
+        " is computed from heads"
+    ) in said[0]
+    assert small.count_params() == model.count_params()
+    x = _inputs()
+    hub_cases.assert_close(
+        hub_cases.outputs(small, x), hub_cases.masked_outputs(selection, x)
     )
 
 

@@ -387,3 +387,35 @@ def test_the_blocks_written_out_as_stock_layers_each_have_a_builder():
     from maskfit.structured.hub import stock as hub_stock
 
     assert set(hub_stock.BUILDERS) == set(couplings_hub.STOCK)
+
+
+def test_a_decoder_with_cross_attention_called_by_keyword_shrinks():
+    # BART's decoder blocks: every tensor by keyword, which Keras lists by name
+    # (the padding mask first); the residual stream is `decoder_sequence`.
+    keras.utils.set_random_seed(0)
+    tokens, memory = keras.Input((5, 8)), keras.Input((4, 8))
+    padding = keras.Input((5,), dtype="int32")
+    decoder = keras_hub.layers.TransformerDecoder(
+        intermediate_dim=16, num_heads=2, name="decoder"
+    )
+    hidden = decoder(
+        decoder_sequence=keras.layers.Dense(8, name="embed")(tokens),
+        encoder_sequence=memory,
+        decoder_padding_mask=padding,
+    )
+    model = keras.Model([tokens, memory, padding], keras.layers.Dense(2)(hidden))
+    selection = pruning.select_units(model, 0.5)
+    removed = selection.removed()["decoder"]
+    assert (len(removed["heads"]), len(removed["units"])) == (1, 8)
+    rng = np.random.default_rng(0)
+    x = [
+        rng.normal(size=(2, 5, 8)).astype("float32"),
+        rng.normal(size=(2, 4, 8)).astype("float32"),
+        np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], "int32"),
+    ]
+    small = pruning.shrink(model, selection)
+    assert small.get_layer("decoder_self_attention").num_heads == 1
+    assert small.get_layer("decoder_cross_attention").num_heads == 2
+    hub_cases.assert_close(
+        hub_cases.outputs(small, x), hub_cases.masked_outputs(selection, x)
+    )

@@ -114,6 +114,26 @@ def _derive_either(layer, shape, described):
         raise first from None
 
 
+def _other_tensors(call, index):
+    """Words on the tensors besides the input that `call` was traced with, or ""."""
+    first = call.inputs[index]
+    shown = [
+        f"{name} {tuple(value.shape)}"
+        for name, value in call.arguments.items()
+        if isinstance(value, keras.KerasTensor) and value is not first
+    ]
+    if not shown:
+        return ""
+    return (
+        f" (it was run with its other tensors as zeros, at the shapes the"
+        f" model's symbolic graph gives them: {', '.join(shown)}, each unknown"
+        " dimension 5 and the first 2; where one of those is not the shape"
+        " the layer gets when the model runs, such as a keras_hub layer whose"
+        " output shape is computed wrongly, this call cannot be traced: its"
+        " units stay)"
+    )
+
+
 class Derived(Coupling):
     """A layer's coupling derived from its jaxpr (`derive`), gradient-checked."""
 
@@ -132,7 +152,8 @@ class Derived(Coupling):
             return graph.refuse(
                 layer,
                 call.inputs,
-                f"{_REFUSAL} failed: {type(error).__name__}: {error}",
+                f"{_REFUSAL} failed: {type(error).__name__}: {error}"
+                + _other_tensors(call.call, index),
                 call.num_outputs,
             )
         if not spaces:

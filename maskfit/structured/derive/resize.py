@@ -32,6 +32,7 @@ import numpy as np
 from maskfit import internals
 from maskfit.kinds.couplings import arguments as call_arguments
 from maskfit.kinds.couplings import signature as check_signature
+from maskfit.structured.derive import stayed as derive_stayed
 
 __all__ = ["MAX_CANDIDATES", "Resized", "resized"]
 
@@ -45,16 +46,18 @@ ARGUMENTS = "derived call arguments"
 
 _SEED, _RTOL = 0, 1e-5
 
-# `{signature: (substitutions or None, fields tried, partial)}`.
+# `{signature: (substitutions or None, fields tried, partial, why)}`.
 _FOUND = {}
 
 
 class Resized:
     """What `resized` found: the smaller layer (None: none passed), the fields tried,
-    and whether some removed units stay in it, at 0 (`partial`)."""
+    whether some removed units stay in it, at 0 (`partial`), and which and why,
+    in words (`why`: `stayed.stayed`'s sentence, "" where it cannot tell)."""
 
-    def __init__(self, layer, fields, partial=False):
+    def __init__(self, layer, fields, partial=False, why=""):
         self.layer, self.fields, self.partial = layer, tuple(fields), partial
+        self.why = why
 
 
 def resized(layer, config, shrunk):
@@ -86,20 +89,22 @@ def resized(layer, config, shrunk):
         layer, tuple(shape), "resize", tuple(counts), call_arguments.key(described)
     )
     if key is not None and key in _FOUND:
-        found, fields, partial = _FOUND[key]
+        found, fields, partial, why = _FOUND[key]
     else:
-        found, fields, partial = _search(
+        found, fields, partial, why = _search(
             layer, config, (shape, described), shrunk, targets, counts
         )
         if key is not None:
-            _FOUND[key] = (found, fields, partial)
+            _FOUND[key] = (found, fields, partial, why)
     if found is None:
-        return Resized(None, fields)
-    return Resized(type(layer).from_config(_apply(config, found)), fields, partial)
+        return Resized(None, fields, why=why)
+    new = type(layer).from_config(_apply(config, found))
+    return Resized(new, fields, partial, why)
 
 
 def _search(layer, config, called, shrunk, targets, counts):
-    """`(substitutions, fields tried, partial)`; substitutions None where none passed.
+    """`(substitutions, fields tried, partial, why)`; substitutions None where none
+    passed; `why` says which removed units stay and why (`stayed`).
 
     `called` is `(input shape, described arguments)`.
 
@@ -118,7 +123,7 @@ def _search(layer, config, called, shrunk, targets, counts):
     fields = [(p, v, o) for p, v, o in fields if o]
     names = tuple(_name(p) for p, _, _ in fields)
     if not fields:
-        return None, names, False
+        return None, names, False, ""
     shape, described = called
     rng = np.random.default_rng(_SEED)
     x = rng.normal(size=call_arguments.concrete(shape))
@@ -128,9 +133,10 @@ def _search(layer, config, called, shrunk, targets, counts):
             layer, x, described, [shrunk.zeroed(v) for v in layer.weights]
         )
     except Exception:  # noqa: BLE001 - a layer that cannot run alone keeps its size
-        return None, names, False
+        return None, names, False, ""
     full = sum(len(t) for t in targets)
     tried, passed = {}, {}  # subs -> axes at their cut length; subs -> parameters
+    made_by = {}  # subs -> the weight shapes its layer has
 
     def attempt(subs):
         subs = tuple(sorted(set(subs), key=repr))  # paths may mix keys and indices
@@ -140,7 +146,7 @@ def _search(layer, config, called, shrunk, targets, counts):
         new = _built(type(layer), _apply(config, subs), x, described)
         if new is None:  # a config that does not build is not it
             return -1
-        made = [tuple(v.shape) for v in new.weights]
+        made = made_by[subs] = [tuple(v.shape) for v in new.weights]
         if len(made) != len(targets) or any(
             len(m) != len(t) for m, t in zip(made, targets)
         ):
@@ -189,7 +195,14 @@ def _search(layer, config, called, shrunk, targets, counts):
                 break
             attempt(sum(combo, ()))
     found, partial = _best(passed, tried, full)
-    return found, names, partial
+    kept = made_by[found] if found is not None else old
+    singles_made = [
+        (_name(p), o, made_by.get(((p, o),)))
+        for ((p, o),) in singles
+        if ((p, o),) in tried
+    ]
+    why = derive_stayed.stayed(layer, counts, old, targets, kept, singles_made)
+    return found, names, partial, why
 
 
 def _best(passed, tried, full):

@@ -30,6 +30,7 @@ import numpy as np
 
 from maskfit import internals
 from maskfit.kinds.attention import MultiHeadAttention
+from maskfit.kinds.couplings import arguments as call_arguments
 from maskfit.kinds.couplings.base import Coupling
 from maskfit.kinds.couplings.calls import TensorUnits
 from maskfit.kinds.couplings.lookup import add_fallback
@@ -193,14 +194,19 @@ class HubBlock(Coupling):
 
     def couple(self, call, graph):
         layer = call.layer
-        source = call.inputs[0]
+        # The residual stream is the first tensor in `call`'s signature order:
+        # Keras lists keyword tensors by name (a decoder called with
+        # `decoder_sequence=x, decoder_padding_mask=m` lists the mask first).
+        index = call_arguments.first_input(call.call)
+        source = call.inputs[index]
         graph.fix(
             source.ids,
             f"the residual stream of '{layer.name}' ({type(layer).__name__}),"
             " normalized as a whole inside it",
         )
-        for units in call.inputs[1:]:
-            graph.fix(units.ids, f"read by '{layer.name}' besides its input")
+        for i, units in enumerate(call.inputs):
+            if i != index:
+                graph.fix(units.ids, f"read by '{layer.name}' besides its input")
         blocks = self._blocks(layer)
         if not blocks:
             return graph.refuse(
@@ -209,12 +215,20 @@ class HubBlock(Coupling):
                 "has none of the blocks its coupling expects",
                 call.num_outputs,
             )
+        # The block is checked as the model calls it: with its other tensors
+        # (an encoder sequence for cross-attention) as zeros, and without its
+        # masks (an integer mask of zeros would mask every position).
+        kwargs = {k: None if "mask" in k else v for k, v in call.call.kwargs.items()}
+        called = (
+            call_arguments.describe(call.call.args, kwargs, call.call.inputs[index]),
+            call.input_shape(index),
+        )
         for prefix, path in blocks:
-            self._couple_block(call, graph, prefix, path)
+            self._couple_block(call, graph, prefix, path, called)
         rest = TensorUnits.none(f"output of '{layer.name}' after its first")
         return [source] + [rest] * (call.num_outputs - 1)
 
-    def _couple_block(self, call, graph, prefix, path):
+    def _couple_block(self, call, graph, prefix, path, called):
         layer, spec = call.layer, self.spec
         attention = sublayer(layer, path + spec.attention.path)
         checked = []
@@ -224,7 +238,8 @@ class HubBlock(Coupling):
         ffn = self._ffn(graph, layer, prefix, path)
         if ffn is not None:
             checked.append(ffn)
-        hub_check.check(graph, call, checked)
+        described, shape = called
+        hub_check.check(graph, call, checked, described=described, shape=shape)
 
     def _heads(self, graph, layer, prefix, attention):
         spec = self.spec.attention

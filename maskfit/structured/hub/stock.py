@@ -90,7 +90,7 @@ def _padding(block, mask):
     return block._made[key](mask)
 
 
-def _transformer(block, arguments, sequence, mask, causal):
+def _transformer(block, arguments, sequence, mask, causal, cross=False):
     layer = block.layer
     first = layer.normalize_first
     attention_name = couplings_hub.SPECS[type(layer).__name__].attention.path[0]
@@ -107,6 +107,8 @@ def _transformer(block, arguments, sequence, mask, causal):
     x = _add(block, "attention_add", x, residual)
     if not first:
         x = norm(x)
+    if cross:
+        x = _cross_attention(block, arguments, x)
     residual = x
     norm = block.new(("feedforward_layer_norm",))
     if first:
@@ -124,16 +126,34 @@ def _encoder(block, arguments):
     return _transformer(block, arguments, "inputs", "padding_mask", causal=False)
 
 
-def _decoder(block, arguments):
-    if arguments.get("encoder_sequence") is not None:
+def _cross_attention(block, arguments, x):
+    """keras_hub's cross-attention step: its heads all stay (the coupling prunes
+    the self-attention's), so its layers are copied whole."""
+    if arguments.get("encoder_attention_mask") is not None:
         raise ValueError(
             f"shrink: '{block.layer.name}' (TransformerDecoder) is called with an"
-            " encoder sequence (cross-attention), which maskfit does not rebuild."
-            " Keep its heads (ignored_layers)."
+            " encoder_attention_mask, which maskfit's rebuild of its"
+            " cross-attention does not merge. Keep its heads (ignored_layers)."
         )
+    first = block.layer.normalize_first
+    residual = x
+    norm = block.new(("cross_attention_layer_norm",))
+    if first:
+        x = norm(x)
+    mask = _padding(block, arguments.get("encoder_padding_mask"))
+    x = block.new(("cross_attention",))(
+        x, arguments["encoder_sequence"], attention_mask=mask
+    )
+    x = block.new(("cross_attention_dropout",))(x)
+    x = _add(block, "cross_attention_add", x, residual)
+    return x if first else norm(x)
+
+
+def _decoder(block, arguments):
     causal = arguments.get("use_causal_mask", True)
+    cross = arguments.get("encoder_sequence") is not None
     return _transformer(
-        block, arguments, "decoder_sequence", "decoder_padding_mask", causal
+        block, arguments, "decoder_sequence", "decoder_padding_mask", causal, cross
     )
 
 
