@@ -47,7 +47,22 @@ variable under Adam, AdamW and Nadam (exact classes,
 are the very tensors `mask_gradients` returned, unwritten since (their
 version counters): a `MaskedModel.apply_grad_masks` of the user's may return
 other values (`zeroed`).
+
+A tensor whose frozen entries are all +0.0 when taken (every second moment
+that never learned, a first moment restored after a user's masking) takes
+passes of two operands instead of three: the restore is `t = t * keep`
+(`mul_`) and the fill `t = t + ones` (`add_`), the same bits for less memory
+traffic (the passes are bound by it).
+
+Each pass runs on one thread of torch's pool (`torch.set_num_threads(1)`
+around the guard's three stages, the setting put back after, errors
+included). A pass over a large tensor is otherwise a parallel region, and on
+a loaded machine a region waits for the busy core: on 2 shared cores the
+guard's mean time a step fell about fourfold, for ~1 ms more in a quiet
+step (`docs/benchmarks.md`).
 """
+
+import contextlib
 
 import keras
 import torch
@@ -58,6 +73,20 @@ from maskfit.step import stateless
 __all__ = ["Guard", "copied", "int_view", "sqrt_slots", "zero_slots"]
 
 _INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """Runs the guard's passes on one thread of torch's pool; the setting restored after."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def int_view(tensor):
@@ -113,7 +142,17 @@ def _one_bits(dtype, keep):
 class _Kept:
     """One tensor's frozen bits, with the version counter at which they hold."""
 
-    __slots__ = ("source", "tensor", "keep", "bits", "version", "fill", "stays", "zero")
+    __slots__ = (
+        "source",
+        "tensor",
+        "keep",
+        "bits",
+        "version",
+        "fill",
+        "stays",
+        "clear",
+        "zero",
+    )
 
     def __init__(self, source, keep, fill=None, stays=False):
         self.source = source  # the Keras variable; its tensor may be replaced
@@ -122,8 +161,10 @@ class _Kept:
         self.bits = None
         self.version = -1
         self.fill = fill  # 1.0's bits where frozen, 0 elsewhere; None: no fill
-        self.stays = stays and keep is not None  # +0.0 stays +0.0 under the update
-        self.zero = False  # `stays`, and every frozen entry +0.0 when taken
+        # +0.0 stays +0.0 under the update (never for a filled slot: 1.0 moves)
+        self.stays = stays and keep is not None and fill is None
+        self.clear = False  # every frozen entry +0.0 (all bits 0) when taken
+        self.zero = False  # `stays` and `clear`
 
     def take(self):
         """Reads the frozen bits again when the tensor was written since the last restore."""
@@ -139,13 +180,18 @@ class _Kept:
             self.bits = tensor.detach().clone()
         else:
             self.bits = int_view(tensor) * (1 - self.keep)
-        self.zero = self.stays and not bool(self.bits.any())
+        self.clear = self.keep is not None and not bool(self.bits.any())
+        self.zero = self.stays and self.clear
         self.version = internals.torch_trainer.tensor_version(tensor)
 
     def fill_frozen(self):
         """Writes 1.0 into the frozen entries (kept already; the restore puts them back)."""
-        if self.fill is not None:
-            view = int_view(self.tensor)
+        if self.fill is None:
+            return
+        view = int_view(self.tensor)
+        if self.clear:
+            view.add_(self.fill)  # 0 + 1.0's bits where frozen, + 0 elsewhere
+        else:
             torch.addcmul(self.fill, view, self.keep, out=view)
 
     def restore(self, bits=None, zeroed=False):
@@ -164,6 +210,8 @@ class _Kept:
             bits = self.bits
         if self.keep is None:
             tensor.copy_(bits)
+        elif bits is self.bits and self.clear:
+            int_view(tensor).mul_(self.keep)  # the kept bits are all 0
         else:
             view = int_view(tensor)
             torch.addcmul(bits, view, self.keep, out=view)
@@ -250,11 +298,12 @@ class Guard:
 
         Then 1.0 goes into the frozen entries of the slots to fill.
         """
-        for held in self.held:
-            held.variable.take()
-            for slot in held.slots:
-                slot.take()
-                slot.fill_frozen()
+        with _one_thread():
+            for held in self.held:
+                held.variable.take()
+                for slot in held.slots:
+                    slot.take()
+                    slot.fill_frozen()
 
     def restore(self, zeroed=False):
         """After the update: the frozen entries put back, bit for bit, in place.
@@ -262,13 +311,14 @@ class Guard:
         `zeroed`: the gradients were masked by `mask_gradients` (every frozen
         entry +0.0), so slots that hold +0.0 there need nothing put back.
         """
-        for held in self.held:
-            held.variable.restore()
-            for slot in held.slots:
-                slot.restore(zeroed=zeroed)
-            if held.average is not None:
-                held.average.restore(held.variable.bits)
-                held.average.version = -1  # its bits are the variable's
+        with _one_thread():
+            for held in self.held:
+                held.variable.restore()
+                for slot in held.slots:
+                    slot.restore(zeroed=zeroed)
+                if held.average is not None:
+                    held.average.restore(held.variable.bits)
+                    held.average.version = -1  # its bits are the variable's
 
     def mask_gradients(self, gradients, masks, selected, variables):
         """`gradients`, 0 at frozen entries (NaN and Inf too); in place on `.grad`.
@@ -280,6 +330,12 @@ class Guard:
         """
         gradients = list(gradients)
         self.masked = []
+        with _one_thread():
+            self._mask(gradients, masks, selected, variables)
+        return gradients
+
+    def _mask(self, gradients, masks, selected, variables):
+        """`mask_gradients`' loop: writes the masked gradients into `gradients`."""
         for position, mask, scale in zip(masks.positions, selected, masks.scales):
             gradient = gradients[position]
             if gradient is None:
@@ -299,7 +355,6 @@ class Guard:
                 tensor = gradients[position]
                 version = internals.torch_trainer.tensor_version(tensor)
                 self.masked.append((position, tensor, version))
-        return gradients
 
     def zeroed(self, gradients):
         """Whether `gradients` are +0.0 at every frozen entry, as `mask_gradients` made them.
