@@ -48,18 +48,10 @@ are the very tensors `mask_gradients` returned, unwritten since (their
 version counters): a `MaskedModel.apply_grad_masks` of the user's may return
 other values (`zeroed`).
 
-A tensor whose frozen entries are all +0.0 when taken (every second moment
-that never learned, a first moment restored after a user's masking) takes
-passes of two operands instead of three: the restore is `t = t * keep`
-(`mul_`) and the fill `t = t + ones` (`add_`), the same bits for less memory
-traffic (the passes are bound by it).
-
-Each pass runs on one thread of torch's pool (`torch.set_num_threads(1)`
-around the guard's three stages, the setting put back after, errors
-included). A pass over a large tensor is otherwise a parallel region, and on
-a loaded machine a region waits for the busy core: on 2 shared cores the
-guard's mean time a step fell about fourfold, for ~1 ms more in a quiet
-step (`docs/benchmarks.md`).
+A tensor whose frozen bits are all 0 when taken (a second moment that never
+learned) is restored by `mul_(keep)` and filled by `add_(ones)`: two operands,
+less memory traffic. The passes run on one thread (`_one_thread`): on a loaded
+machine a parallel region waits for the busy core (`docs/benchmarks.md`).
 """
 
 import contextlib
@@ -79,9 +71,6 @@ _INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 def _one_thread():
     """Runs the guard's passes on one thread of torch's pool; the setting restored after."""
     threads = torch.get_num_threads()
-    if threads == 1:
-        yield
-        return
     torch.set_num_threads(1)
     try:
         yield
@@ -142,17 +131,7 @@ def _one_bits(dtype, keep):
 class _Kept:
     """One tensor's frozen bits, with the version counter at which they hold."""
 
-    __slots__ = (
-        "source",
-        "tensor",
-        "keep",
-        "bits",
-        "version",
-        "fill",
-        "stays",
-        "clear",
-        "zero",
-    )
+    __slots__ = tuple("source tensor keep bits version fill stays clear".split())
 
     def __init__(self, source, keep, fill=None, stays=False):
         self.source = source  # the Keras variable; its tensor may be replaced
@@ -164,7 +143,6 @@ class _Kept:
         # +0.0 stays +0.0 under the update (never for a filled slot: 1.0 moves)
         self.stays = stays and keep is not None and fill is None
         self.clear = False  # every frozen entry +0.0 (all bits 0) when taken
-        self.zero = False  # `stays` and `clear`
 
     def take(self):
         """Reads the frozen bits again when the tensor was written since the last restore."""
@@ -181,18 +159,16 @@ class _Kept:
         else:
             self.bits = int_view(tensor) * (1 - self.keep)
         self.clear = self.keep is not None and not bool(self.bits.any())
-        self.zero = self.stays and self.clear
         self.version = internals.torch_trainer.tensor_version(tensor)
 
     def fill_frozen(self):
         """Writes 1.0 into the frozen entries (kept already; the restore puts them back)."""
-        if self.fill is None:
-            return
-        view = int_view(self.tensor)
-        if self.clear:
-            view.add_(self.fill)  # 0 + 1.0's bits where frozen, + 0 elsewhere
-        else:
-            torch.addcmul(self.fill, view, self.keep, out=view)
+        if self.fill is not None:
+            view = int_view(self.tensor)
+            if self.clear:  # 0 + 1.0's bits where frozen, + 0 elsewhere
+                view.add_(self.fill)
+            else:
+                torch.addcmul(self.fill, view, self.keep, out=view)
 
     def restore(self, bits=None, zeroed=False):
         """Puts the frozen bits back (`bits`: another tensor's, for an EMA average).
@@ -204,7 +180,7 @@ class _Kept:
         if bits is None:
             if internals.torch_trainer.tensor_version(tensor) == self.version:
                 return  # the update did not write it
-            if zeroed and self.zero:
+            if zeroed and self.stays and self.clear:
                 self.version = internals.torch_trainer.tensor_version(tensor)
                 return
             bits = self.bits
@@ -331,30 +307,26 @@ class Guard:
         gradients = list(gradients)
         self.masked = []
         with _one_thread():
-            self._mask(gradients, masks, selected, variables)
+            for position, mask, scale in zip(masks.positions, selected, masks.scales):
+                gradient = gradients[position]
+                if gradient is None:
+                    continue
+                mask = torch.as_tensor(mask)
+                if scale == "gradient" and mask.dtype != torch.bool:
+                    gradient = gradient * mask.to(gradient.dtype)
+                frozen = self.frozen.get(position)
+                if frozen is None:
+                    gradients[position] = gradient
+                elif gradient is variables[position].value.grad:
+                    # +0.0 where frozen (all bits cleared): one pass, in place.
+                    int_view(gradient).mul_(self.keeps[position])
+                else:
+                    gradients[position] = gradient.masked_fill(frozen, 0)
+                if frozen is not None:
+                    tensor = gradients[position]
+                    version = internals.torch_trainer.tensor_version(tensor)
+                    self.masked.append((position, tensor, version))
         return gradients
-
-    def _mask(self, gradients, masks, selected, variables):
-        """`mask_gradients`' loop: writes the masked gradients into `gradients`."""
-        for position, mask, scale in zip(masks.positions, selected, masks.scales):
-            gradient = gradients[position]
-            if gradient is None:
-                continue
-            mask = torch.as_tensor(mask)
-            if scale == "gradient" and mask.dtype != torch.bool:
-                gradient = gradient * mask.to(gradient.dtype)
-            frozen = self.frozen.get(position)
-            if frozen is None:
-                gradients[position] = gradient
-            elif gradient is variables[position].value.grad:
-                # +0.0 where frozen (all bits cleared): one pass, in place.
-                int_view(gradient).mul_(self.keeps[position])
-            else:
-                gradients[position] = gradient.masked_fill(frozen, 0)
-            if frozen is not None:
-                tensor = gradients[position]
-                version = internals.torch_trainer.tensor_version(tensor)
-                self.masked.append((position, tensor, version))
 
     def zeroed(self, gradients):
         """Whether `gradients` are +0.0 at every frozen entry, as `mask_gradients` made them.
