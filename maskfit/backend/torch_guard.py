@@ -50,11 +50,8 @@ other values (`zeroed`).
 
 A tensor whose frozen bits are all 0 when taken (a second moment that never
 learned) is restored by `mul_(keep)` and filled by `add_(ones)`: two operands,
-less memory traffic. The passes run on one thread (`_one_thread`): on a loaded
-machine a parallel region waits for the busy core (`docs/benchmarks.md`).
+less memory traffic (the passes are bound by it; `docs/benchmarks.md`).
 """
-
-import contextlib
 
 import keras
 import torch
@@ -65,17 +62,6 @@ from maskfit.step import stateless
 __all__ = ["Guard", "copied", "int_view", "sqrt_slots", "zero_slots"]
 
 _INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-@contextlib.contextmanager
-def _one_thread():
-    """Runs the guard's passes on one thread of torch's pool; the setting restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def int_view(tensor):
@@ -274,12 +260,11 @@ class Guard:
 
         Then 1.0 goes into the frozen entries of the slots to fill.
         """
-        with _one_thread():
-            for held in self.held:
-                held.variable.take()
-                for slot in held.slots:
-                    slot.take()
-                    slot.fill_frozen()
+        for held in self.held:
+            held.variable.take()
+            for slot in held.slots:
+                slot.take()
+                slot.fill_frozen()
 
     def restore(self, zeroed=False):
         """After the update: the frozen entries put back, bit for bit, in place.
@@ -287,14 +272,13 @@ class Guard:
         `zeroed`: the gradients were masked by `mask_gradients` (every frozen
         entry +0.0), so slots that hold +0.0 there need nothing put back.
         """
-        with _one_thread():
-            for held in self.held:
-                held.variable.restore()
-                for slot in held.slots:
-                    slot.restore(zeroed=zeroed)
-                if held.average is not None:
-                    held.average.restore(held.variable.bits)
-                    held.average.version = -1  # its bits are the variable's
+        for held in self.held:
+            held.variable.restore()
+            for slot in held.slots:
+                slot.restore(zeroed=zeroed)
+            if held.average is not None:
+                held.average.restore(held.variable.bits)
+                held.average.version = -1  # its bits are the variable's
 
     def mask_gradients(self, gradients, masks, selected, variables):
         """`gradients`, 0 at frozen entries (NaN and Inf too); in place on `.grad`.
@@ -306,26 +290,25 @@ class Guard:
         """
         gradients = list(gradients)
         self.masked = []
-        with _one_thread():
-            for position, mask, scale in zip(masks.positions, selected, masks.scales):
-                gradient = gradients[position]
-                if gradient is None:
-                    continue
-                mask = torch.as_tensor(mask)
-                if scale == "gradient" and mask.dtype != torch.bool:
-                    gradient = gradient * mask.to(gradient.dtype)
-                frozen = self.frozen.get(position)
-                if frozen is None:
-                    gradients[position] = gradient
-                elif gradient is variables[position].value.grad:
-                    # +0.0 where frozen (all bits cleared): one pass, in place.
-                    int_view(gradient).mul_(self.keeps[position])
-                else:
-                    gradients[position] = gradient.masked_fill(frozen, 0)
-                if frozen is not None:
-                    tensor = gradients[position]
-                    version = internals.torch_trainer.tensor_version(tensor)
-                    self.masked.append((position, tensor, version))
+        for position, mask, scale in zip(masks.positions, selected, masks.scales):
+            gradient = gradients[position]
+            if gradient is None:
+                continue
+            mask = torch.as_tensor(mask)
+            if scale == "gradient" and mask.dtype != torch.bool:
+                gradient = gradient * mask.to(gradient.dtype)
+            frozen = self.frozen.get(position)
+            if frozen is None:
+                gradients[position] = gradient
+            elif gradient is variables[position].value.grad:
+                # +0.0 where frozen (all bits cleared): one pass, in place.
+                int_view(gradient).mul_(self.keeps[position])
+            else:
+                gradients[position] = gradient.masked_fill(frozen, 0)
+            if frozen is not None:
+                tensor = gradients[position]
+                version = internals.torch_trainer.tensor_version(tensor)
+                self.masked.append((position, tensor, version))
         return gradients
 
     def zeroed(self, gradients):
