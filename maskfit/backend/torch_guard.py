@@ -47,6 +47,10 @@ variable under Adam, AdamW and Nadam (exact classes,
 are the very tensors `mask_gradients` returned, unwritten since (their
 version counters): a `MaskedModel.apply_grad_masks` of the user's may return
 other values (`zeroed`).
+
+A tensor whose frozen bits are all 0 when taken (a second moment that never
+learned) is restored by `mul_(keep)` and filled by `add_(ones)`: two operands,
+less memory traffic (the passes are bound by it; `docs/benchmarks.md`).
 """
 
 import keras
@@ -113,7 +117,7 @@ def _one_bits(dtype, keep):
 class _Kept:
     """One tensor's frozen bits, with the version counter at which they hold."""
 
-    __slots__ = ("source", "tensor", "keep", "bits", "version", "fill", "stays", "zero")
+    __slots__ = tuple("source tensor keep bits version fill stays clear".split())
 
     def __init__(self, source, keep, fill=None, stays=False):
         self.source = source  # the Keras variable; its tensor may be replaced
@@ -122,8 +126,9 @@ class _Kept:
         self.bits = None
         self.version = -1
         self.fill = fill  # 1.0's bits where frozen, 0 elsewhere; None: no fill
-        self.stays = stays and keep is not None  # +0.0 stays +0.0 under the update
-        self.zero = False  # `stays`, and every frozen entry +0.0 when taken
+        # +0.0 stays +0.0 under the update (never for a filled slot: 1.0 moves)
+        self.stays = stays and keep is not None and fill is None
+        self.clear = False  # every frozen entry +0.0 (all bits 0) when taken
 
     def take(self):
         """Reads the frozen bits again when the tensor was written since the last restore."""
@@ -139,14 +144,17 @@ class _Kept:
             self.bits = tensor.detach().clone()
         else:
             self.bits = int_view(tensor) * (1 - self.keep)
-        self.zero = self.stays and not bool(self.bits.any())
+        self.clear = self.keep is not None and not bool(self.bits.any())
         self.version = internals.torch_trainer.tensor_version(tensor)
 
     def fill_frozen(self):
         """Writes 1.0 into the frozen entries (kept already; the restore puts them back)."""
         if self.fill is not None:
             view = int_view(self.tensor)
-            torch.addcmul(self.fill, view, self.keep, out=view)
+            if self.clear:  # 0 + 1.0's bits where frozen, + 0 elsewhere
+                view.add_(self.fill)
+            else:
+                torch.addcmul(self.fill, view, self.keep, out=view)
 
     def restore(self, bits=None, zeroed=False):
         """Puts the frozen bits back (`bits`: another tensor's, for an EMA average).
@@ -158,12 +166,14 @@ class _Kept:
         if bits is None:
             if internals.torch_trainer.tensor_version(tensor) == self.version:
                 return  # the update did not write it
-            if zeroed and self.zero:
+            if zeroed and self.stays and self.clear:
                 self.version = internals.torch_trainer.tensor_version(tensor)
                 return
             bits = self.bits
         if self.keep is None:
             tensor.copy_(bits)
+        elif bits is self.bits and self.clear:
+            int_view(tensor).mul_(self.keep)  # the kept bits are all 0
         else:
             view = int_view(tensor)
             torch.addcmul(bits, view, self.keep, out=view)

@@ -194,39 +194,53 @@ def test_the_update_takes_no_sqrt_of_a_zero_at_frozen_entries(monkeypatch, amsgr
             np.testing.assert_array_equal(_bits(slot)[~keep], 0)
 
 
-def _count_addcmul(monkeypatch):
+def _count_passes(monkeypatch):
+    """Records each pass of the guard over raw bits: `addcmul`, integer `mul_` / `add_`."""
     import torch
 
     calls = []
-    real = torch.addcmul
+    real_addcmul = torch.addcmul
+    real_mul, real_add = torch.Tensor.mul_, torch.Tensor.add_
 
     def addcmul(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
+        calls.append("addcmul")
+        return real_addcmul(*args, **kwargs)
+
+    def counted(name, real):
+        def method(self, *args, **kwargs):
+            if not self.dtype.is_floating_point:
+                calls.append(name)
+            return real(self, *args, **kwargs)
+
+        return method
 
     monkeypatch.setattr(torch, "addcmul", addcmul)
+    monkeypatch.setattr(torch.Tensor, "mul_", counted("mul_", real_mul))
+    monkeypatch.setattr(torch.Tensor, "add_", counted("add_", real_add))
     return calls
 
 
-def _moments(model, shape):
+def _moments(model, shape, name="momentum"):
     return [
         slot
         for slot in model.optimizer.variables
-        if tuple(slot.shape) == shape and "momentum" in slot.path
+        if tuple(slot.shape) == shape and name in slot.path
     ]
 
 
 def test_first_moments_at_zero_where_frozen_are_not_written_back(monkeypatch):
-    # Adam's m stays +0.0 under +0.0 gradients: the guard writes back the
-    # kernel and the second moment (and fills it), not the first moment.
-    calls = _count_addcmul(monkeypatch)
+    # Adam's m stays +0.0 under +0.0 gradients: the guard masks the gradient,
+    # fills the second moment, writes back the kernel and the second moment,
+    # not the first moment. Bits at +0.0 take a pass of two operands.
+    calls = _count_passes(monkeypatch)
     keras.utils.set_random_seed(0)
     model = maskfit.MaskedSequential([keras.Input((4,)), keras.layers.Dense(3)])
     keep = np.random.default_rng(1).random((4, 3)) < 0.5
     maskfit.set_mask(model.layers[0], maskfit.ElementMask({"kernel": keep}))
     model.compile(keras.optimizers.Adam(0.05), loss="mse")
     _fit(model, 2)
-    assert len(calls) == 3 * 4  # kernel, fill, second moment: 4 steps
+    # Per step (4 steps): gradient and second moment `mul_`, fill `add_`, kernel.
+    assert sorted(calls) == ["add_"] * 4 + ["addcmul"] * 4 + ["mul_"] * 8
     (moment,) = _moments(model, (4, 3))
     np.testing.assert_array_equal(_bits(moment)[~keep], 0)
     assert np.all(_bits(moment)[keep] != 0)
@@ -240,16 +254,18 @@ def test_first_moments_at_zero_where_frozen_are_not_written_back(monkeypatch):
         lambda: keras.optimizers.Nadam(0.05),
     ],
 )
-def test_first_moments_that_learned_before_the_mask_keep_their_bits(make):
-    # A mask set after training freezes entries whose m is not 0: those are
-    # written back every step (m * b1 would move them).
+@pytest.mark.parametrize("slot", ["momentum", "velocity"])
+def test_moments_that_learned_before_the_mask_keep_their_bits(make, slot):
+    # A mask set after training freezes entries whose m and v are not 0:
+    # those are written back every step from their kept bits (m * b1 would
+    # move them; v is filled with 1.0 for the update).
     keras.utils.set_random_seed(0)
     model = maskfit.MaskedSequential([keras.Input((4,)), keras.layers.Dense(3)])
     model.compile(make(), loss="mse")
     _fit(model, 1)
     keep = np.random.default_rng(1).random((4, 3)) < 0.5
     maskfit.set_mask(model.layers[0], maskfit.ElementMask({"kernel": keep}))
-    (moment,) = _moments(model, (4, 3))
+    (moment,) = _moments(model, (4, 3), slot)
     before = _bits(moment).copy()
     assert np.all(before[~keep] != 0)
     _fit(model, 2)
@@ -274,11 +290,13 @@ class _OneAddedInPlace(maskfit.MaskedSequential):
         return gradients
 
 
-@pytest.mark.parametrize("model_class", [_RawGradients, _OneAddedInPlace])
+@pytest.mark.parametrize(
+    "model_class, masked", [(_RawGradients, 0), (_OneAddedInPlace, 1)]
+)
 def test_first_moments_are_written_back_when_the_users_masking_leaves_values(
-    model_class, monkeypatch
+    model_class, masked, monkeypatch
 ):
-    calls = _count_addcmul(monkeypatch)
+    calls = _count_passes(monkeypatch)
     keras.utils.set_random_seed(0)
     model = model_class([keras.Input((4,)), keras.layers.Dense(3)])
     keep = np.random.default_rng(1).random((4, 3)) < 0.5
@@ -287,7 +305,8 @@ def test_first_moments_are_written_back_when_the_users_masking_leaves_values(
     kernel = model.layers[0].kernel
     before = _bits(kernel).copy()
     _fit(model, 2)
-    assert len(calls) == 4 * 4  # the first moment too
+    # Kernel, fill, second and first moment (and the guard's gradient mask).
+    assert len(calls) == (4 + masked) * 4
     np.testing.assert_array_equal(_bits(kernel)[~keep], before[~keep])
     (moment,) = _moments(model, (4, 3))
     np.testing.assert_array_equal(_bits(moment)[~keep], 0)
