@@ -111,7 +111,13 @@ def _run_command_line(workdir, flags):
 
 @pytest.mark.parametrize("mode", ["manual", "fit"])
 @pytest.mark.parametrize(
-    "strategy, precision", [("mirrored", "float32"), ("default", "mixed_float16")]
+    "strategy, precision",
+    [
+        # Two replicas in a subprocess (13-29 s): slow, so README's suite stays
+        # under 10 minutes; CI runs it.
+        pytest.param("mirrored", "float32", marks=pytest.mark.slow),
+        ("default", "mixed_float16"),
+    ],
 )
 def test_runs_under_a_strategy_or_a_mixed_precision(
     tmp_path, mode, strategy, precision
