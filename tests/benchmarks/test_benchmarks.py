@@ -24,7 +24,8 @@ _TINY = harness.Config(
 )
 
 
-# A whole tiny run of the benchmark (10-25 s): slow, so README's suite stays under 10 minutes; CI runs it.
+# A whole tiny run of the benchmark (10-25 s): slow, so README's suite stays
+# under 10 minutes; CI runs it.
 @pytest.mark.slow
 def test_run_writes_one_row_per_contender(tmp_path):
     workdir = str(tmp_path)
@@ -140,7 +141,8 @@ def test_freezing_benchmark_runs_tiny_and_writes_its_tables(tmp_path):
     assert len(table) == 2 + len(freezing_lib.CONTENDERS) + len(freezing_lib.PARTIAL)
 
 
-# A whole tiny run of the benchmark (10-25 s): slow, so README's suite stays under 10 minutes; CI runs it.
+# A whole tiny run of the benchmark (10-25 s): slow, so README's suite stays
+# under 10 minutes; CI runs it.
 @pytest.mark.slow
 def test_unit_pruning_step_benchmark_runs_tiny(tmp_path):
     from benchmarks.unit_pruning_step import lib

@@ -31,7 +31,8 @@ def _keep_legacy_keras_flag_local():
         os.environ["TF_USE_LEGACY_KERAS"] = before
 
 
-# A whole tiny run of the benchmark (10-25 s): slow, so README's suite stays under 10 minutes; CI runs it.
+# A whole tiny run of the benchmark (10-25 s): slow, so README's suite stays
+# under 10 minutes; CI runs it.
 @pytest.mark.slow
 def test_both_contenders_run_tiny_and_report_sparsity_at_every_pruning_step(
     tmp_path, monkeypatch

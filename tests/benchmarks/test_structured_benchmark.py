@@ -71,7 +71,8 @@ def test_shrunk_latency_runs_tiny_and_writes_its_tables(tmp_path):
     assert (tmp_path / "config.json").exists()
 
 
-# A whole tiny run of the benchmark (10-25 s): slow, so README's suite stays under 10 minutes; CI runs it.
+# A whole tiny run of the benchmark (10-25 s): slow, so README's suite stays
+# under 10 minutes; CI runs it.
 @pytest.mark.slow
 def test_structured_benchmark_runs_tiny_with_the_keras_arm_alone(tmp_path):
     results = structured_lib.run(_STRUCTURED, str(tmp_path))
@@ -94,7 +95,8 @@ def test_structured_benchmark_runs_tiny_with_the_keras_arm_alone(tmp_path):
     assert "| digits | resnet | keras | 0.50 | 1 |" in table
 
 
-# A whole tiny run of the benchmark (10-25 s): slow, so README's suite stays under 10 minutes; CI runs it.
+# A whole tiny run of the benchmark (10-25 s): slow, so README's suite stays
+# under 10 minutes; CI runs it.
 @pytest.mark.slow
 def test_maskfit_arm_runs_tiny_and_matches_the_width_rule_and_its_counts(tmp_path):
     config = dataclasses.replace(

@@ -51,6 +51,9 @@ TINY = lib.Config(
 )
 
 
+# A whole tiny run (10-25 s): slow, so README's suite stays under 10 minutes;
+# CI runs it.
+@pytest.mark.slow
 def test_tiny_run_writes_config_metrics_table_and_figure(tmp_path):
     metrics = lib.run(TINY, str(tmp_path))
 
